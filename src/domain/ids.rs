@@ -1,0 +1,241 @@
+//! Validated request values. Every field a caller sends is checked here, once,
+//! and a rejection names the field so the caller can fix its request.
+//!
+//! The limits come from Redis: ids become part of a key, and a hash field must
+//! stay within `hash-max-listpack-value` (64 bytes) so the customer hash keeps
+//! its compact listpack encoding.
+
+use std::fmt;
+
+/// Longest merchant or customer id, in bytes, after trimming.
+pub const MAX_ID_BYTES: usize = 128;
+/// Longest hash field (and so longest part of one), in bytes.
+pub const MAX_FIELD_BYTES: usize = 64;
+
+/// A request value that breaks a rule; `field` is the protobuf field name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct InvalidInput {
+    pub field: String,
+    pub reason: String,
+}
+
+impl InvalidInput {
+    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A merchant id: trimmed, 1..=128 bytes, no control characters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct MerchantId(String);
+
+/// A customer id: trimmed, 1..=128 bytes, no control characters. Personal
+/// data: never log it.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct CustomerId(String);
+
+/// A payment method such as `INTERAC`: trimmed and upper-cased.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PaymentMethod(String);
+
+/// A payment method type such as `RTP`: trimmed and upper-cased.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PaymentMethodType(String);
+
+/// A connector (gateway) name, kept verbatim; it may hold `:`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Connector(String);
+
+impl MerchantId {
+    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
+        parse_id(raw, "merchant_id").map(Self)
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl CustomerId {
+    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
+        parse_id(raw, "customer_id").map(Self)
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Customer ids are personal data: a stray `{:?}` must not leak one into logs.
+impl fmt::Debug for CustomerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CustomerId(<redacted>)")
+    }
+}
+
+impl PaymentMethod {
+    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
+        parse_method_part(raw, "payment_method").map(Self)
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PaymentMethodType {
+    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
+        parse_method_part(raw, "payment_method_type").map(Self)
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Connector {
+    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
+        Self::parse_as(raw, "connector")
+    }
+
+    /// Parses a connector that arrives in another field, such as
+    /// `eligible_connectors[3]`.
+    pub fn parse_as(raw: &str, field: &str) -> Result<Self, InvalidInput> {
+        if raw.is_empty() {
+            return Err(InvalidInput::new(field, "must not be empty"));
+        }
+        reject_control_chars(raw, field)?;
+        reject_longer_than(raw, MAX_FIELD_BYTES, field)?;
+        Ok(Self(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+fn parse_id(raw: &str, field: &str) -> Result<String, InvalidInput> {
+    let id = raw.trim();
+    if id.is_empty() {
+        return Err(InvalidInput::new(field, "must not be empty"));
+    }
+    reject_longer_than(id, MAX_ID_BYTES, field)?;
+    reject_control_chars(id, field)?;
+    Ok(id.to_owned())
+}
+
+fn parse_method_part(raw: &str, field: &str) -> Result<String, InvalidInput> {
+    let part = raw.trim().to_uppercase();
+    if part.is_empty() {
+        return Err(InvalidInput::new(field, "must not be empty"));
+    }
+    if part.contains(':') {
+        return Err(InvalidInput::new(
+            field,
+            "must not contain ':' (it separates the parts of a hash field)",
+        ));
+    }
+    reject_control_chars(&part, field)?;
+    reject_longer_than(&part, MAX_FIELD_BYTES, field)?;
+    Ok(part)
+}
+
+fn reject_control_chars(value: &str, field: &str) -> Result<(), InvalidInput> {
+    if value.chars().any(char::is_control) {
+        return Err(InvalidInput::new(
+            field,
+            "must not contain control characters",
+        ));
+    }
+    Ok(())
+}
+
+fn reject_longer_than(value: &str, max: usize, field: &str) -> Result<(), InvalidInput> {
+    if value.len() > max {
+        return Err(InvalidInput::new(
+            field,
+            format!("is {} bytes long; the limit is {max} bytes", value.len()),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn ids_are_trimmed_and_keep_their_case() {
+        assert_eq!(MerchantId::parse("  Merchant_1\t").unwrap().as_str(), "Merchant_1");
+        assert_eq!(CustomerId::parse(" Cus_AB ").unwrap().as_str(), "Cus_AB");
+    }
+
+    #[test]
+    fn bad_ids_are_rejected_by_field_name() {
+        for raw in ["", "   ", "a\u{0}b", "a\nb", &"x".repeat(129)] {
+            assert_eq!(MerchantId::parse(raw).unwrap_err().field, "merchant_id", "{raw:?}");
+            assert_eq!(CustomerId::parse(raw).unwrap_err().field, "customer_id", "{raw:?}");
+        }
+        assert!(MerchantId::parse(&"x".repeat(128)).is_ok());
+    }
+
+    #[test]
+    fn methods_are_trimmed_and_upper_cased() {
+        assert_eq!(PaymentMethod::parse(" interac ").unwrap().as_str(), "INTERAC");
+        assert_eq!(PaymentMethodType::parse("rtp").unwrap().as_str(), "RTP");
+    }
+
+    #[test]
+    fn methods_reject_empty_colon_control_and_long() {
+        for raw in ["", " ", "a:b", "a\u{7}b", &"x".repeat(65)] {
+            assert_eq!(PaymentMethod::parse(raw).unwrap_err().field, "payment_method");
+            assert_eq!(
+                PaymentMethodType::parse(raw).unwrap_err().field,
+                "payment_method_type"
+            );
+        }
+    }
+
+    #[test]
+    fn connectors_are_verbatim_and_may_hold_colons() {
+        assert_eq!(Connector::parse(" Giga:Dat").unwrap().as_str(), " Giga:Dat");
+        assert_eq!(Connector::parse("").unwrap_err().field, "connector");
+        assert_eq!(Connector::parse("a\rb").unwrap_err().field, "connector");
+        assert_eq!(
+            Connector::parse_as(&"c".repeat(65), "eligible_connectors[2]")
+                .unwrap_err()
+                .field,
+            "eligible_connectors[2]"
+        );
+    }
+
+    #[test]
+    fn customer_debug_output_is_redacted() {
+        let id = CustomerId::parse("cus_secret").unwrap();
+        assert!(!format!("{id:?}").contains("secret"));
+    }
+
+    proptest! {
+        #[test]
+        fn accepted_ids_are_trimmed_bounded_and_printable(raw in "\\PC{0,140}") {
+            if let Ok(id) = MerchantId::parse(&raw) {
+                prop_assert_eq!(id.as_str(), raw.trim());
+                prop_assert!(!id.as_str().is_empty() && id.as_str().len() <= MAX_ID_BYTES);
+            }
+        }
+
+        #[test]
+        fn accepted_methods_and_connectors_fit_a_hash_field(raw in any::<String>()) {
+            if let Ok(method) = PaymentMethod::parse(&raw) {
+                prop_assert!(!method.as_str().contains(':'));
+                prop_assert_eq!(method.as_str(), raw.trim().to_uppercase());
+                prop_assert!(method.as_str().len() <= MAX_FIELD_BYTES);
+            }
+            if let Ok(connector) = Connector::parse(&raw) {
+                prop_assert_eq!(connector.as_str(), raw.as_str());
+                prop_assert!(!raw.chars().any(char::is_control));
+            }
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! Redis key encoding. One hash per (merchant, customer):
+//! `sticky_gw_{merchant}_{customer}`, plus one admission key per merchant.
+//!
+//! The encoding must be injective, and no customer key may equal any other
+//! key of the service. The escape rule (documented in the README):
+//! - in the merchant id, `%`, `_`, `{` and `}` become `%25`, `%5F`, `%7B`,
+//!   `%7D`, so the first `_` after the prefix always ends the merchant id;
+//! - in the customer id, `%`, `{` and `}` are escaped the same way (it is the
+//!   tail of the key, so `_` needs no escape);
+//! - every kind of key has its own prefix, and no prefix starts another.
+//!
+//! `{` and `}` are escaped so a caller's id can never form a Redis Cluster
+//! hash tag and pile customers into one slot. Ids without `_` in the merchant
+//! id and without `%`, `{`, `}` map to exactly `sticky_gw_{merchant}_{customer}`.
+
+use super::ids::{CustomerId, MerchantId};
+
+/// Prefix of every customer hash.
+pub const CUSTOMER_KEY_PREFIX: &str = "sticky_gw_";
+/// Prefix of every per-merchant admission key.
+pub const ADMISSION_KEY_PREFIX: &str = "sticky_adm_";
+
+/// The customer's hash key.
+pub fn customer_key(merchant: &MerchantId, customer: &CustomerId) -> String {
+    let mut key = String::with_capacity(
+        CUSTOMER_KEY_PREFIX.len() + merchant.as_str().len() + customer.as_str().len() + 1,
+    );
+    key.push_str(CUSTOMER_KEY_PREFIX);
+    escape_into(&mut key, merchant.as_str(), true);
+    key.push('_');
+    escape_into(&mut key, customer.as_str(), false);
+    key
+}
+
+/// The merchant's admission-budget key (both window counters live in it).
+pub fn admission_key(merchant: &MerchantId) -> String {
+    let mut key = String::from(ADMISSION_KEY_PREFIX);
+    escape_into(&mut key, merchant.as_str(), true);
+    key
+}
+
+fn escape_into(out: &mut String, id: &str, escape_underscore: bool) {
+    for ch in id.chars() {
+        match ch {
+            '%' => out.push_str("%25"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            '_' if escape_underscore => out.push_str("%5F"),
+            other => out.push(other),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn key(merchant: &str, customer: &str) -> String {
+        customer_key(
+            &MerchantId::parse(merchant).unwrap(),
+            &CustomerId::parse(customer).unwrap(),
+        )
+    }
+
+    /// Inverse of `customer_key`; it exists only to prove injectivity.
+    fn decode(key: &str) -> (String, String) {
+        let rest = key.strip_prefix(CUSTOMER_KEY_PREFIX).unwrap();
+        let (merchant, customer) = rest.split_once('_').unwrap();
+        (unescape(merchant), unescape(customer))
+    }
+
+    fn unescape(s: &str) -> String {
+        s.replace("%5F", "_").replace("%7B", "{").replace("%7D", "}").replace("%25", "%")
+    }
+
+    #[test]
+    fn plain_ids_map_to_the_spec_layout() {
+        assert_eq!(key("m1", "cust42"), "sticky_gw_m1_cust42");
+        assert_eq!(key("m1", "cus_abc"), "sticky_gw_m1_cus_abc");
+    }
+
+    #[test]
+    fn underscores_in_merchant_ids_cannot_shift_the_boundary() {
+        assert_eq!(key("merchant_123", "cus_abc"), "sticky_gw_merchant%5F123_cus_abc");
+        assert_ne!(key("a_b", "c"), key("a", "b_c"));
+    }
+
+    #[test]
+    fn hash_tags_and_escapes_are_neutralised() {
+        assert_eq!(key("{m}", "{c}%"), "sticky_gw_%7Bm%7D_%7Bc%7D%25");
+        assert_ne!(key("m", "%7B"), key("m", "{"));
+    }
+
+    #[test]
+    fn admission_keys_are_not_customer_keys() {
+        let merchant = MerchantId::parse("m_1").unwrap();
+        assert_eq!(admission_key(&merchant), "sticky_adm_m%5F1");
+        assert!(!admission_key(&merchant).starts_with(CUSTOMER_KEY_PREFIX));
+        assert!(!CUSTOMER_KEY_PREFIX.starts_with(ADMISSION_KEY_PREFIX));
+    }
+
+    proptest! {
+        #[test]
+        fn customer_keys_decode_back_to_their_ids(
+            merchant in "[a-z_%{}]{1,12}", customer in "[a-z_%{}]{1,12}"
+        ) {
+            let (m, c) = decode(&key(&merchant, &customer));
+            prop_assert_eq!(m, merchant);
+            prop_assert_eq!(c, customer);
+        }
+
+        #[test]
+        fn distinct_pairs_get_distinct_keys(
+            a in ("[a-c_%]{1,4}", "[a-c_%]{1,4}"), b in ("[a-c_%]{1,4}", "[a-c_%]{1,4}")
+        ) {
+            prop_assert_eq!(a == b, key(&a.0, &a.1) == key(&b.0, &b.1));
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! The sticky-routing rules as pure logic: no I/O, no Redis, no gRPC.
+//!
+//! Everything here is deterministic and cheap to test exhaustively; the
+//! storage layer either calls these functions or runs a Lua mirror of them
+//! that a property test holds equal to them (see `tests/api/scripts.rs`).
+
+pub mod admission;
+pub mod combo;
+pub mod counts;
+pub mod habits;
+pub mod ids;
+pub mod keys;
+pub mod pin;
+pub mod prune;
+
+pub use ids::InvalidInput;

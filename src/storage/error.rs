@@ -1,0 +1,72 @@
+//! The storage layer's one error type, already sorted by what the caller
+//! can do about it.
+
+use std::time::Duration;
+
+use fred::prelude::{Error, ErrorKind};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// Redis is down, unreachable, loading, read-only or out of memory, or did
+    /// not answer within the command timeout: try again later.
+    #[error("redis unavailable: {0}")]
+    Unavailable(String),
+    /// The caller's deadline passed before Redis answered.
+    #[error("the caller's deadline passed before redis answered")]
+    DeadlineExceeded,
+    /// Redis answered something this service never writes or expects: a bug,
+    /// or a foreign value under one of our keys.
+    #[error("unexpected redis reply: {0}")]
+    Unexpected(String),
+}
+
+/// Redis error replies that mean "not now" rather than "wrong".
+const TRANSIENT_REPLIES: &[&str] = &[
+    "LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "OOM", "NOREPLICAS",
+];
+
+impl StorageError {
+    /// Classifies a fred error. `deadline_bound` says whether the timeout in
+    /// force was the caller's deadline rather than the command timeout.
+    pub(crate) fn from_redis(error: &Error, deadline_bound: bool, timeout: Duration) -> Self {
+        match error.kind() {
+            ErrorKind::Timeout if deadline_bound => Self::DeadlineExceeded,
+            ErrorKind::Timeout => Self::Unavailable(format!("no answer within {timeout:?}")),
+            ErrorKind::Parse | ErrorKind::InvalidArgument | ErrorKind::InvalidCommand => {
+                Self::Unexpected(error.to_string())
+            }
+            ErrorKind::Unknown if !is_transient_reply(error.details()) => {
+                Self::Unexpected(error.to_string())
+            }
+            _ => Self::Unavailable(error.to_string()),
+        }
+    }
+}
+
+fn is_transient_reply(details: &str) -> bool {
+    TRANSIENT_REPLIES.iter().any(|prefix| details.starts_with(prefix))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_follow_whose_deadline_it_was() {
+        let timeout = Error::new(ErrorKind::Timeout, "timed out");
+        let t = Duration::from_millis(5);
+        assert!(matches!(StorageError::from_redis(&timeout, true, t), StorageError::DeadlineExceeded));
+        assert!(matches!(StorageError::from_redis(&timeout, false, t), StorageError::Unavailable(_)));
+    }
+
+    #[test]
+    fn connection_trouble_is_unavailable_and_odd_replies_are_unexpected() {
+        let t = Duration::from_millis(5);
+        let io = Error::new(ErrorKind::IO, "connection reset");
+        let loading = Error::new(ErrorKind::Unknown, "LOADING Redis is loading the dataset in memory");
+        let wrongtype = Error::new(ErrorKind::Unknown, "WRONGTYPE Operation against a key holding the wrong kind of value");
+        assert!(matches!(StorageError::from_redis(&io, false, t), StorageError::Unavailable(_)));
+        assert!(matches!(StorageError::from_redis(&loading, false, t), StorageError::Unavailable(_)));
+        assert!(matches!(StorageError::from_redis(&wrongtype, false, t), StorageError::Unexpected(_)));
+    }
+}

@@ -1,0 +1,66 @@
+//! The Lua scripts that make the read-modify-write rules atomic.
+//!
+//! Each touches exactly one key, so they run unchanged on Redis Cluster. They
+//! are called by SHA (EVALSHA, one round trip, no script body on the wire);
+//! a Redis that forgot them (restart, failover, `SCRIPT FLUSH`) answers
+//! NOSCRIPT, and the call is repeated once as EVAL, which also caches the
+//! script again. NOSCRIPT means the script did not run, so the repeat can
+//! never apply a write twice.
+
+use fred::clients::{Client, WithOptions};
+use fred::interfaces::LuaInterface;
+use fred::prelude::{Error, FromValue, Value};
+use fred::types::scripts::Script;
+
+/// One script, with its SHA computed once at start-up.
+pub struct LuaScript {
+    script: Script,
+    body: &'static str,
+}
+
+impl LuaScript {
+    fn new(body: &'static str) -> Self {
+        Self {
+            script: Script::from_lua(body),
+            body,
+        }
+    }
+
+    /// Runs the script against `key`.
+    pub async fn run<R: FromValue>(
+        &self,
+        client: &WithOptions<Client>,
+        key: &str,
+        args: Vec<Value>,
+    ) -> Result<R, Error> {
+        match client.evalsha(self.script.sha1().clone(), key, args.clone()).await {
+            Err(error) if error.details().starts_with("NOSCRIPT") => {
+                client.eval(self.body, key, args).await
+            }
+            result => result,
+        }
+    }
+}
+
+/// The service's scripts.
+pub struct Scripts {
+    pub record_success: LuaScript,
+    pub record_failure: LuaScript,
+    pub admit: LuaScript,
+}
+
+impl Scripts {
+    pub fn new() -> Self {
+        Self {
+            record_success: LuaScript::new(include_str!("scripts/record_success.lua")),
+            record_failure: LuaScript::new(include_str!("scripts/record_failure.lua")),
+            admit: LuaScript::new(include_str!("scripts/admit.lua")),
+        }
+    }
+}
+
+impl Default for Scripts {
+    fn default() -> Self {
+        Self::new()
+    }
+}

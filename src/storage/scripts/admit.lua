@@ -1,0 +1,36 @@
+-- Admission of one new customer against the merchant's sliding-window budget.
+-- Both window counters live in this one hash, so rolling the window and the
+-- check-and-increment are one atomic step on one key (Cluster-safe).
+-- Mirrors domain::admission::decide (held equal by tests/api/scripts.rs).
+--
+-- KEYS[1]  the merchant's admission hash: fields w (window index), cur, prev
+-- ARGV[1]  now in ms   ARGV[2]  window length in ms   ARGV[3]  the budget
+-- Returns {admitted (0|1), window, current, previous} after the request.
+local key = KEYS[1]
+local now, window, budget = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local now_window = math.floor(now / window)
+
+local stored = redis.call('HMGET', key, 'w', 'cur', 'prev')
+local w, cur, prev = now_window, 0, 0
+if stored[1] then
+  local stored_window = tonumber(stored[1])
+  local stored_cur, stored_prev = tonumber(stored[2]) or 0, tonumber(stored[3]) or 0
+  if stored_window >= now_window then
+    w, cur, prev = stored_window, stored_cur, stored_prev
+  elseif stored_window == now_window - 1 then
+    prev = stored_cur
+  end
+end
+
+local elapsed = now - w * window
+if elapsed < 0 then elapsed = 0 elseif elapsed > window then elapsed = window end
+local fraction = elapsed / window
+
+if (cur + prev * (1.0 - fraction)) + 1.0 <= budget then
+  cur = cur + 1
+  redis.call('HSET', key,
+    'w', string.format('%d', w), 'cur', string.format('%d', cur), 'prev', string.format('%d', prev))
+  redis.call('PEXPIRE', key, string.format('%d', 2 * window))
+  return {1, w, cur, prev}
+end
+return {0, w, cur, prev}

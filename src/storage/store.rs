@@ -1,0 +1,324 @@
+//! [`RedisStore`]: domain-typed operations over a fred connection pool.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use fred::clients::{Client, Pool, WithOptions};
+use fred::interfaces::{ClientLike, HashesInterface, KeysInterface};
+use fred::prelude::{Builder, Config, Error, Options, ReconnectPolicy, Value};
+
+use super::StorageError;
+use super::scripts::Scripts;
+use crate::config::{RedisSettings, RuleSettings};
+use crate::domain::admission::{Decision, WindowCounters};
+use crate::domain::combo::Combo;
+use crate::domain::counts::Recorded;
+use crate::domain::ids::{CustomerId, MerchantId};
+use crate::domain::keys;
+
+/// The Redis-backed store. Cheap to clone: clones share the pool.
+#[derive(Clone)]
+pub struct RedisStore {
+    pool: Pool,
+    scripts: Arc<Scripts>,
+    rules: Arc<RuleSettings>,
+    command_timeout: Duration,
+}
+
+/// One success write, as the record_success script takes it.
+#[derive(Debug, Clone, Copy)]
+pub struct SuccessWrite<'a> {
+    pub field: &'a str,
+    pub ttl_secs: u64,
+    pub cap: u32,
+    /// Create the hash when absent (the customer passed admission).
+    pub create: bool,
+}
+
+/// One admission request, as the admit script takes it.
+#[derive(Debug, Clone, Copy)]
+pub struct AdmissionRequest {
+    pub now_ms: i64,
+    pub window_ms: i64,
+    pub budget: u64,
+}
+
+/// A client with this call's options, and what its timeout stands for.
+struct Call {
+    client: WithOptions<Client>,
+    timeout: Duration,
+    deadline_bound: bool,
+}
+
+impl Call {
+    fn error(&self, error: &Error) -> StorageError {
+        StorageError::from_redis(error, self.deadline_bound, self.timeout)
+    }
+}
+
+impl RedisStore {
+    /// Builds the pool and starts connecting in the background. It does not
+    /// wait for Redis: the service starts (and reports liveness) while Redis
+    /// is down, and readiness follows Redis.
+    pub fn connect(redis: &RedisSettings, rules: &RuleSettings) -> Result<Self, StorageError> {
+        let mut config = Config::from_url(&redis.url)
+            .map_err(|e| StorageError::Unavailable(format!("bad redis url: {}", e.details())))?;
+        // Keep retrying the first connection too, rather than giving up.
+        config.fail_fast = false;
+        let pool = Builder::from_config(config)
+            .with_connection_config(|c| {
+                // One attempt: a command whose connection died in flight may
+                // have run; resending it could apply a write twice.
+                c.max_command_attempts = 1;
+                c.connection_timeout = Duration::from_secs(2);
+                c.internal_command_timeout = Duration::from_secs(2);
+                c.unresponsive.max_timeout = Some(Duration::from_secs(2));
+                c.unresponsive.interval = Duration::from_millis(500);
+                c.tcp.nodelay = Some(true);
+            })
+            .with_performance_config(|p| p.default_command_timeout = redis.command_timeout)
+            .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
+            .build_pool(redis.pool_size)
+            .map_err(|e| StorageError::Unavailable(e.to_string()))?;
+        // The connection tasks run until `quit`; their handles are not needed.
+        drop(pool.connect_pool());
+        Ok(Self {
+            pool,
+            scripts: Arc::new(Scripts::new()),
+            rules: Arc::new(rules.clone()),
+            command_timeout: redis.command_timeout,
+        })
+    }
+
+    /// Waits up to `within` for every pooled connection to come up.
+    pub async fn wait_connected(&self, within: Duration) -> bool {
+        tokio::time::timeout(within, self.pool.wait_for_connect())
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// Closes the pool's connections.
+    pub async fn quit(&self) {
+        let _ = self.pool.quit().await;
+    }
+
+    /// One PING, for readiness.
+    pub async fn ping(&self, deadline: Instant) -> Result<(), StorageError> {
+        let call = self.call(deadline)?;
+        call.client.ping::<()>(None).await.map_err(|e| call.error(&e))
+    }
+
+    /// A success: one round trip for an existing customer; a new customer
+    /// first passes the merchant's admission budget.
+    pub async fn record_success(
+        &self,
+        merchant: &MerchantId,
+        customer: &CustomerId,
+        combo: &Combo,
+        deadline: Instant,
+    ) -> Result<Recorded, StorageError> {
+        let key = keys::customer_key(merchant, customer);
+        let mut write = SuccessWrite {
+            field: combo.field(),
+            ttl_secs: self.rules.key_ttl.as_secs(),
+            cap: self.rules.max_combos_per_customer,
+            create: false,
+        };
+        if let Some(recorded) = self.write_success(&key, write, deadline).await? {
+            return Ok(recorded);
+        }
+        let request = AdmissionRequest {
+            now_ms: unix_millis(),
+            window_ms: i64::try_from(self.rules.admission_window.as_millis()).unwrap_or(i64::MAX),
+            budget: self.rules.budgets.for_merchant(merchant),
+        };
+        if !self.admit(&keys::admission_key(merchant), request, deadline).await?.admitted {
+            return Ok(Recorded::NotAdmitted);
+        }
+        write.create = true;
+        self.write_success(&key, write, deadline)
+            .await?
+            .ok_or_else(|| StorageError::Unexpected("record_success did not create the hash".into()))
+    }
+
+    /// A gateway failure: decrement, floor at 0, delete at 0, never create.
+    pub async fn record_failure(
+        &self,
+        merchant: &MerchantId,
+        customer: &CustomerId,
+        combo: &Combo,
+        deadline: Instant,
+    ) -> Result<Recorded, StorageError> {
+        let key = keys::customer_key(merchant, customer);
+        self.write_failure(&key, combo.field(), self.rules.key_ttl.as_secs(), deadline)
+            .await
+    }
+
+    /// Every field of the customer's hash with its count (HGETALL): one round
+    /// trip, no state change.
+    pub async fn read_combos(
+        &self,
+        merchant: &MerchantId,
+        customer: &CustomerId,
+        deadline: Instant,
+    ) -> Result<Vec<(String, i64)>, StorageError> {
+        let call = self.call(deadline)?;
+        let key = keys::customer_key(merchant, customer);
+        let fields: HashMap<String, i64> =
+            call.client.hgetall(key).await.map_err(|e| call.error(&e))?;
+        Ok(fields.into_iter().collect())
+    }
+
+    /// The customer's fields and the hash's remaining TTL in seconds (0 when
+    /// absent). Both commands go out together on one connection.
+    pub async fn read_habits(
+        &self,
+        merchant: &MerchantId,
+        customer: &CustomerId,
+        deadline: Instant,
+    ) -> Result<(Vec<(String, i64)>, i64), StorageError> {
+        let call = self.call(deadline)?;
+        let key = keys::customer_key(merchant, customer);
+        let (fields, ttl) = tokio::join!(
+            call.client.hgetall::<HashMap<String, i64>, _>(key.as_str()),
+            call.client.ttl::<i64, _>(key.as_str()),
+        );
+        let fields = fields.map_err(|e| call.error(&e))?;
+        let ttl = ttl.map_err(|e| call.error(&e))?;
+        Ok((fields.into_iter().collect(), ttl.max(0)))
+    }
+
+    /// Deletes the customer's hash; true when it existed.
+    pub async fn forget(
+        &self,
+        merchant: &MerchantId,
+        customer: &CustomerId,
+        deadline: Instant,
+    ) -> Result<bool, StorageError> {
+        let call = self.call(deadline)?;
+        let deleted: i64 = call
+            .client
+            .del(keys::customer_key(merchant, customer))
+            .await
+            .map_err(|e| call.error(&e))?;
+        Ok(deleted > 0)
+    }
+
+    /// Runs record_success.lua. `None`: the hash is absent and `create` was
+    /// false, so nothing was written and the customer needs admission.
+    pub async fn write_success(
+        &self,
+        key: &str,
+        write: SuccessWrite<'_>,
+        deadline: Instant,
+    ) -> Result<Option<Recorded>, StorageError> {
+        let call = self.call(deadline)?;
+        let args = vec![
+            Value::from(write.field),
+            Value::from(write.ttl_secs.to_string()),
+            Value::from(write.cap.to_string()),
+            Value::from(if write.create { "1" } else { "0" }),
+        ];
+        let reply: Vec<i64> = self
+            .scripts
+            .record_success
+            .run(&call.client, key, args)
+            .await
+            .map_err(|e| call.error(&e))?;
+        match reply[..] {
+            [0, _, _] => Ok(None),
+            [1, net_count, pruned] => Ok(Some(Recorded::Applied {
+                net_count,
+                pruned: u32::try_from(pruned).unwrap_or(u32::MAX),
+            })),
+            _ => Err(StorageError::Unexpected(format!("record_success replied {reply:?}"))),
+        }
+    }
+
+    /// Runs record_failure.lua.
+    pub async fn write_failure(
+        &self,
+        key: &str,
+        field: &str,
+        ttl_secs: u64,
+        deadline: Instant,
+    ) -> Result<Recorded, StorageError> {
+        let call = self.call(deadline)?;
+        let args = vec![Value::from(field), Value::from(ttl_secs.to_string())];
+        let reply: Vec<i64> = self
+            .scripts
+            .record_failure
+            .run(&call.client, key, args)
+            .await
+            .map_err(|e| call.error(&e))?;
+        match reply[..] {
+            [0, _] => Ok(Recorded::IgnoredNoHabit),
+            [1, net_count] => Ok(Recorded::Applied { net_count, pruned: 0 }),
+            _ => Err(StorageError::Unexpected(format!("record_failure replied {reply:?}"))),
+        }
+    }
+
+    /// Runs admit.lua against a merchant's admission key.
+    pub async fn admit(
+        &self,
+        key: &str,
+        request: AdmissionRequest,
+        deadline: Instant,
+    ) -> Result<Decision, StorageError> {
+        let call = self.call(deadline)?;
+        let args = vec![
+            Value::from(request.now_ms.to_string()),
+            Value::from(request.window_ms.to_string()),
+            Value::from(request.budget.to_string()),
+        ];
+        let reply: Vec<i64> = self
+            .scripts
+            .admit
+            .run(&call.client, key, args)
+            .await
+            .map_err(|e| call.error(&e))?;
+        match reply[..] {
+            [admitted @ (0 | 1), window, current, previous] if current >= 0 && previous >= 0 => {
+                Ok(Decision {
+                    admitted: admitted == 1,
+                    counters: WindowCounters {
+                        window,
+                        current: current as u64,
+                        previous: previous as u64,
+                    },
+                })
+            }
+            _ => Err(StorageError::Unexpected(format!("admit replied {reply:?}"))),
+        }
+    }
+
+    /// A pooled client whose options bound this call by the command timeout
+    /// and the caller's deadline, whichever is sooner, with no retry and no
+    /// queueing behind a broken connection.
+    fn call(&self, deadline: Instant) -> Result<Call, StorageError> {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(StorageError::DeadlineExceeded);
+        }
+        let deadline_bound = remaining < self.command_timeout;
+        let timeout = remaining.min(self.command_timeout);
+        let options = Options {
+            max_attempts: Some(1),
+            timeout: Some(timeout),
+            fail_fast: true,
+            ..Options::default()
+        };
+        Ok(Call {
+            client: self.pool.next().with_options(&options),
+            timeout,
+            deadline_bound,
+        })
+    }
+}
+
+fn unix_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
