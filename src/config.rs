@@ -32,7 +32,7 @@ pub struct Settings {
     /// How long in-flight calls may take to finish after SIGTERM.
     pub shutdown_grace: Duration,
     /// In-flight calls beyond this are shed with `RESOURCE_EXHAUSTED`.
-    pub max_in_flight: usize,
+    pub max_in_flight_per_connection: usize,
 }
 
 /// How to reach Redis.
@@ -90,7 +90,7 @@ struct RawSettings {
     admission_window: Option<String>,
     min_pin_count: Option<String>,
     shutdown_grace: Option<String>,
-    max_in_flight: Option<String>,
+    max_in_flight_per_connection: Option<String>,
 }
 
 /// The keys that may appear in the file and, upper-cased, after the prefix.
@@ -106,7 +106,7 @@ const KNOWN_KEYS: &[&str] = &[
     "admission_window",
     "min_pin_count",
     "shutdown_grace",
-    "max_in_flight",
+    "max_in_flight_per_connection",
 ];
 
 impl Settings {
@@ -149,6 +149,73 @@ impl Settings {
     }
 }
 
+/// What the command line asks for.
+#[derive(Debug)]
+pub enum CommandLine {
+    /// Serve with these settings.
+    Run(Box<Settings>),
+    /// Print this text (`--help`, `--version`) and exit 0.
+    Exit(String),
+}
+
+const USAGE: &str = "\
+sticky-routing: sticky connector routing over gRPC, state in Redis
+
+usage: sticky-routing [--config FILE]
+
+Settings come from built-in defaults, then the TOML file (--config FILE or
+STICKY_ROUTING_CONFIG), then these environment variables:
+  STICKY_ROUTING_LISTEN_ADDR               gRPC address          (0.0.0.0:50051)
+  STICKY_ROUTING_METRICS_ADDR              Prometheus /metrics   (0.0.0.0:9464)
+  STICKY_ROUTING_REDIS_URL                 Redis URL             (redis://127.0.0.1:6379)
+  STICKY_ROUTING_REDIS_POOL_SIZE           Redis connections     (number of CPUs)
+  STICKY_ROUTING_REDIS_TIMEOUT             per Redis call        (250ms)
+  STICKY_ROUTING_KEY_TTL                   sliding key TTL       (90d)
+  STICKY_ROUTING_MAX_COMBOS_PER_CUSTOMER   combo cap             (30)
+  STICKY_ROUTING_MAX_CUSTOMERS             new customers per merchant per window (1000000)
+  STICKY_ROUTING_MAX_CUSTOMERS_<merchant>  per-merchant override
+  STICKY_ROUTING_ADMISSION_WINDOW          admission window      (the key TTL)
+  STICKY_ROUTING_MIN_PIN_COUNT             smallest count to pin (1)
+  STICKY_ROUTING_SHUTDOWN_GRACE            drain time on SIGTERM (20s)
+  STICKY_ROUTING_MAX_IN_FLIGHT_PER_CONNECTION  calls in flight per connection (4096)
+Durations take seconds or units: 90d, 12h, 250ms. Logs: RUST_LOG (info).";
+
+/// Reads the process's arguments and environment.
+pub fn from_process() -> Result<CommandLine, ConfigError> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let env: HashMap<String, String> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    parse_command_line(&args, &env)
+}
+
+/// Parses `[--config FILE] | --help | --version` and loads the settings.
+pub fn parse_command_line(args: &[String], env: &HashMap<String, String>) -> Result<CommandLine, ConfigError> {
+    let mut config_file = None;
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "-h" | "--help" => return Ok(CommandLine::Exit(USAGE.to_owned())),
+            "-V" | "--version" => {
+                return Ok(CommandLine::Exit(format!("sticky-routing {}", env!("CARGO_PKG_VERSION"))));
+            }
+            "--config" => match rest.next() {
+                Some(path) => config_file = Some(PathBuf::from(path)),
+                None => return Err(ConfigError { problems: vec!["--config needs a FILE".into()] }),
+            },
+            other => match other.strip_prefix("--config=") {
+                Some(path) => config_file = Some(PathBuf::from(path)),
+                None => {
+                    return Err(ConfigError {
+                        problems: vec![format!("unknown argument `{other}`; see --help")],
+                    });
+                }
+            },
+        }
+    }
+    Settings::load(config_file.as_deref(), env).map(|s| CommandLine::Run(Box::new(s)))
+}
+
 /// Types the raw values, collecting a problem for each bad one.
 #[derive(Default)]
 struct Checker {
@@ -177,7 +244,7 @@ impl Checker {
             parse_in_range(t, 1, i64::MAX as usize)
         });
         let shutdown_grace = self.value("shutdown_grace", raw.shutdown_grace, "20s", parse_duration);
-        let max_in_flight = self.value("max_in_flight", raw.max_in_flight, "4096", |t| {
+        let max_in_flight_per_connection = self.value("max_in_flight_per_connection", raw.max_in_flight_per_connection, "4096", |t| {
             parse_in_range(t, 1, 1_000_000)
         });
         let settings = || -> Option<Settings> {
@@ -200,7 +267,7 @@ impl Checker {
                     min_pin_count: i64::try_from(min_pin_count?).ok()?,
                 },
                 shutdown_grace: shutdown_grace?,
-                max_in_flight: max_in_flight?,
+                max_in_flight_per_connection: max_in_flight_per_connection?,
             })
         };
         match settings() {
@@ -400,6 +467,16 @@ mod tests {
         let via_env = Settings::load(None, &env(&[(CONFIG_FILE_VAR, path.to_str().unwrap())])).unwrap();
         assert_eq!(via_env.rules.max_combos_per_customer, 5);
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn the_command_line_takes_a_config_file_help_and_version() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(matches!(parse_command_line(&args(&["--help"]), &env(&[])), Ok(CommandLine::Exit(t)) if t.contains("STICKY_ROUTING_KEY_TTL")));
+        assert!(matches!(parse_command_line(&args(&[]), &env(&[])), Ok(CommandLine::Run(_))));
+        let err = parse_command_line(&args(&["--config", "/nonexistent/x.toml"]), &env(&[])).unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/x.toml"), "{err}");
+        assert!(parse_command_line(&args(&["--bogus"]), &env(&[])).is_err());
     }
 
     #[test]

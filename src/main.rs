@@ -1,1 +1,37 @@
-fn main() {}
+//! The `sticky-routing` binary: parse the settings, build, serve, drain.
+
+use std::process::ExitCode;
+
+use sticky_routing::config::{self, CommandLine};
+use sticky_routing::startup::{Application, shutdown_signal};
+use sticky_routing::telemetry;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let settings = match config::from_process() {
+        Ok(CommandLine::Run(settings)) => settings,
+        Ok(CommandLine::Exit(text)) => {
+            println!("{text}");
+            return ExitCode::SUCCESS;
+        }
+        Err(error) => {
+            eprintln!("sticky-routing: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    telemetry::init_logging();
+    let app = match Application::build(*settings).await {
+        Ok(app) => app,
+        Err(error) => {
+            tracing::error!(%error, "cannot start");
+            return ExitCode::FAILURE;
+        }
+    };
+    match app.run_until_stopped(shutdown_signal()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "stopped with an error");
+            ExitCode::FAILURE
+        }
+    }
+}

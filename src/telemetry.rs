@@ -1,1 +1,159 @@
-//! placeholder
+//! Logs and metrics.
+//!
+//! Logs go through `tracing` to stderr, filtered by `RUST_LOG` (default
+//! `info`). Customer ids never appear in them: they are personal data, and
+//! the handlers log merchant ids only.
+//!
+//! Metrics are OpenTelemetry instruments exported in Prometheus text format
+//! on `/metrics`. Each [`Metrics`] owns its own registry, so tests that run
+//! several services in one process see only their own numbers.
+
+use std::time::Duration;
+
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::{Counter, Histogram, MeterProvider};
+use opentelemetry_sdk::metrics::SdkMeterProvider;
+use prometheus::{Encoder, TextEncoder};
+use tokio::net::TcpListener;
+
+/// Installs the global log subscriber once; later calls (tests) are no-ops.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Latency buckets in seconds: the service answers in well under a
+/// millisecond when healthy, and in the command timeout when Redis is not.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+
+/// The service's instruments.
+pub struct Metrics {
+    registry: prometheus::Registry,
+    provider: SdkMeterProvider,
+    pins: Counter<u64>,
+    writes: Counter<u64>,
+    pruned_fields: Counter<u64>,
+    rpc_duration: Histogram<f64>,
+}
+
+impl Metrics {
+    pub fn new() -> Result<Self, opentelemetry_sdk::error::OTelSdkError> {
+        let registry = prometheus::Registry::new();
+        let exporter = opentelemetry_prometheus::exporter()
+            .with_registry(registry.clone())
+            .without_target_info()
+            .scope_info_enabled(false)
+            .build()?;
+        let provider = SdkMeterProvider::builder().with_reader(exporter).build();
+        let meter = provider.meter("sticky-routing");
+        Ok(Self {
+            pins: meter
+                .u64_counter("sticky_routing_pins")
+                .with_description("GetPin answers by outcome: pinned, no_habit, invalid, error")
+                .build(),
+            writes: meter
+                .u64_counter("sticky_routing_writes")
+                .with_description(
+                    "RecordOutcome answers by outcome: applied, no_habit, not_admitted, invalid, error",
+                )
+                .build(),
+            pruned_fields: meter
+                .u64_counter("sticky_routing_pruned_fields")
+                .with_description("Combo fields removed by the per-customer cap")
+                .build(),
+            rpc_duration: meter
+                .f64_histogram("sticky_routing_rpc_duration")
+                .with_unit("s")
+                .with_description("Time to answer each RPC, by method and gRPC code")
+                .with_boundaries(LATENCY_BUCKETS.to_vec())
+                .build(),
+            registry,
+            provider,
+        })
+    }
+
+    pub fn pin(&self, outcome: &'static str) {
+        self.pins.add(1, &[KeyValue::new("outcome", outcome)]);
+    }
+
+    pub fn write(&self, outcome: &'static str) {
+        self.writes.add(1, &[KeyValue::new("outcome", outcome)]);
+    }
+
+    pub fn pruned(&self, fields: u32) {
+        if fields > 0 {
+            self.pruned_fields.add(u64::from(fields), &[]);
+        }
+    }
+
+    pub fn rpc(&self, method: &'static str, code: tonic::Code, took: Duration) {
+        self.rpc_duration.record(
+            took.as_secs_f64(),
+            &[
+                KeyValue::new("rpc", method),
+                KeyValue::new("code", format!("{code:?}")),
+            ],
+        );
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+            tracing::warn!(error = %e, "could not encode metrics");
+        }
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+impl Drop for Metrics {
+    fn drop(&mut self) {
+        let _ = self.provider.shutdown();
+    }
+}
+
+/// Serves `GET /metrics` on `listener` until `shutdown` resolves.
+pub async fn serve_metrics(
+    listener: TcpListener,
+    metrics: std::sync::Arc<Metrics>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let metrics = metrics.clone();
+            async move {
+                (
+                    [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                    metrics.render(),
+                )
+            }
+        }),
+    );
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instruments_render_under_their_prometheus_names() {
+        let metrics = Metrics::new().unwrap();
+        metrics.pin("pinned");
+        metrics.write("not_admitted");
+        metrics.pruned(2);
+        metrics.rpc("GetPin", tonic::Code::Ok, Duration::from_micros(300));
+        let text = metrics.render();
+        assert!(text.contains("sticky_routing_pins_total{outcome=\"pinned\"} 1"), "{text}");
+        assert!(text.contains("sticky_routing_writes_total{outcome=\"not_admitted\"} 1"), "{text}");
+        assert!(text.contains("sticky_routing_pruned_fields_total 2"), "{text}");
+        assert!(text.contains("sticky_routing_rpc_duration_seconds_bucket{code=\"Ok\",rpc=\"GetPin\",le=\"0.0005\"} 1"), "{text}");
+    }
+}

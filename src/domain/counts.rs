@@ -5,6 +5,13 @@
 //! The failure rule runs inside Redis as `storage/scripts/record_failure.lua`;
 //! `tests/api/scripts.rs` holds that script equal to [`after_failure`].
 
+/// The outcome of one payment attempt, as the orchestrator reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Success,
+    GatewayFailure,
+}
+
 /// What RecordOutcome did, as reported to the caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Recorded {

@@ -1,1 +1,22 @@
-//! placeholder
+//! The gRPC edge: thin tonic handlers over the store, the protobuf codec,
+//! deadlines, health and the one error-to-`Status` mapping.
+
+pub mod codec;
+mod convert;
+pub mod deadline;
+pub mod health;
+mod service;
+mod status;
+
+pub use service::StickyRoutingService;
+pub use status::ApiError;
+
+/// The generated protobuf types, server and client.
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
+pub mod pb {
+    tonic::include_proto!("sticky_routing.v1");
+
+    /// The encoded descriptors that server reflection serves.
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        include_bytes!(concat!(env!("OUT_DIR"), "/sticky_routing_descriptor.bin"));
+}

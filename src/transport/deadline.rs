@@ -1,0 +1,71 @@
+//! The caller's deadline, from the `grpc-timeout` header.
+//!
+//! tonic's own server timeout answers `CANCELLED`; the contract wants
+//! `DEADLINE_EXCEEDED`, and the Redis calls need to know how long they may
+//! take, so the handlers read the header themselves.
+
+use std::time::{Duration, Instant};
+
+use tonic::metadata::MetadataMap;
+
+/// When the call must be answered by: the caller's deadline, capped by
+/// `ceiling` so that a call without a deadline is still bounded.
+pub fn deadline_of(metadata: &MetadataMap, ceiling: Duration) -> Instant {
+    let budget = metadata
+        .get("grpc-timeout")
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_grpc_timeout)
+        .map_or(ceiling, |d| d.min(ceiling));
+    Instant::now() + budget
+}
+
+/// Parses `TimeoutValue TimeoutUnit`: at most 8 digits and one of H M S m u n.
+pub fn parse_grpc_timeout(text: &str) -> Option<Duration> {
+    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let value: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(value * 3600),
+        "M" => Duration::from_secs(value * 60),
+        "S" => Duration::from_secs(value),
+        "m" => Duration::from_millis(value),
+        "u" => Duration::from_micros(value),
+        "n" => Duration::from_nanos(value),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_unit() {
+        assert_eq!(parse_grpc_timeout("2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse_grpc_timeout("3M"), Some(Duration::from_secs(180)));
+        assert_eq!(parse_grpc_timeout("1S"), Some(Duration::from_secs(1)));
+        assert_eq!(parse_grpc_timeout("250m"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_grpc_timeout("99u"), Some(Duration::from_micros(99)));
+        assert_eq!(parse_grpc_timeout("5n"), Some(Duration::from_nanos(5)));
+    }
+
+    #[test]
+    fn rejects_malformed_values() {
+        for bad in ["", "S", "123456789S", "1x", "-1S", "1.5S"] {
+            assert_eq!(parse_grpc_timeout(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_ceiling_bounds_a_missing_or_long_deadline() {
+        let mut metadata = MetadataMap::new();
+        let before = Instant::now();
+        assert!(deadline_of(&metadata, Duration::from_secs(1)) <= Instant::now() + Duration::from_secs(1));
+        metadata.insert("grpc-timeout", "10m".parse().unwrap());
+        let deadline = deadline_of(&metadata, Duration::from_secs(1));
+        assert!(deadline <= Instant::now() + Duration::from_millis(10));
+        assert!(deadline >= before + Duration::from_millis(10));
+    }
+}

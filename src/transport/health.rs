@@ -1,0 +1,54 @@
+//! Health as the contract gives it: service `""` is SERVING while the process
+//! runs (liveness); `sticky_routing.v1.StickyRouting` is SERVING only while
+//! Redis answers (readiness). On shutdown both turn NOT_SERVING.
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+
+use crate::storage::RedisStore;
+
+/// The service name whose status follows Redis.
+pub const API_SERVICE: &str = "sticky_routing.v1.StickyRouting";
+/// The whole-process status.
+pub const PROCESS_SERVICE: &str = "";
+
+/// Pings Redis every `every` and reports the API's status, until `stop`
+/// turns true.
+pub async fn follow_redis(
+    reporter: HealthReporter,
+    store: RedisStore,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut last = None;
+    loop {
+        let ok = store.ping(Instant::now() + every.min(Duration::from_secs(1))).await.is_ok();
+        if *stop.borrow() {
+            return;
+        }
+        if last != Some(ok) {
+            if ok {
+                tracing::info!("redis answers: {API_SERVICE} is SERVING");
+            } else {
+                tracing::warn!("redis does not answer: {API_SERVICE} is NOT_SERVING");
+            }
+            let status = if ok { ServingStatus::Serving } else { ServingStatus::NotServing };
+            reporter.set_service_status(API_SERVICE, status).await;
+            last = Some(ok);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// Turns every status NOT_SERVING, for shutdown.
+pub async fn set_all_not_serving(reporter: &HealthReporter) {
+    for service in [PROCESS_SERVICE, API_SERVICE] {
+        reporter.set_service_status(service, ServingStatus::NotServing).await;
+    }
+}

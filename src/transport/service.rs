@@ -1,0 +1,157 @@
+//! The `sticky_routing.v1.StickyRouting` handlers. Each one validates its
+//! request into domain values, calls the store once, and records metrics;
+//! the rules themselves live in `domain` and `storage`.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tonic::{Request, Response, Status};
+
+use super::convert;
+use super::deadline::deadline_of;
+use super::pb;
+use super::pb::sticky_routing_server::StickyRouting;
+use super::status::ApiError;
+use crate::domain::counts::{Outcome, Recorded};
+use crate::domain::habits::ordered_habits;
+use crate::domain::pin::rank_candidates;
+use crate::storage::{RedisStore, StorageError};
+use crate::telemetry::Metrics;
+
+/// The service state shared by every call.
+pub struct StickyRoutingService {
+    store: RedisStore,
+    metrics: Arc<Metrics>,
+    min_pin_count: i64,
+    /// The longest a call may take when the caller sets no shorter deadline.
+    call_ceiling: Duration,
+}
+
+impl StickyRoutingService {
+    pub fn new(store: RedisStore, metrics: Arc<Metrics>, min_pin_count: i64, call_ceiling: Duration) -> Self {
+        Self { store, metrics, min_pin_count, call_ceiling }
+    }
+
+    /// Runs one handler body within the call's deadline and records its
+    /// latency. Whatever the store does, the answer leaves by the deadline.
+    async fn within_deadline<T, F>(
+        &self,
+        method: &'static str,
+        deadline: Instant,
+        body: F,
+    ) -> Result<Response<T>, Status>
+    where
+        F: Future<Output = Result<T, ApiError>>,
+    {
+        let started = Instant::now();
+        let result = match tokio::time::timeout_at(deadline.into(), body).await {
+            Ok(result) => result,
+            Err(_) => Err(ApiError::Storage(StorageError::DeadlineExceeded)),
+        };
+        if let Err(ApiError::Storage(error)) = &result {
+            tracing::warn!(rpc = method, %error, "call failed");
+        }
+        let result = result.map(Response::new).map_err(Status::from);
+        let code = result.as_ref().map_or_else(Status::code, |_| tonic::Code::Ok);
+        self.metrics.rpc(method, code, started.elapsed());
+        result
+    }
+}
+
+/// The metrics label for a failed call.
+fn error_label(error: &ApiError) -> &'static str {
+    match error {
+        ApiError::Invalid(_) => "invalid",
+        ApiError::Storage(_) => "error",
+    }
+}
+
+#[tonic::async_trait]
+impl StickyRouting for StickyRoutingService {
+    async fn record_outcome(
+        &self,
+        request: Request<pb::RecordOutcomeRequest>,
+    ) -> Result<Response<pb::RecordOutcomeResponse>, Status> {
+        let deadline = deadline_of(request.metadata(), self.call_ceiling);
+        let req = request.into_inner();
+        self.within_deadline("RecordOutcome", deadline, async {
+            let result = async {
+                let cmd = convert::record_command(&req)?;
+                let recorded = match cmd.outcome {
+                    Outcome::Success => {
+                        self.store.record_success(&cmd.merchant, &cmd.customer, &cmd.combo, deadline).await?
+                    }
+                    Outcome::GatewayFailure => {
+                        self.store.record_failure(&cmd.merchant, &cmd.customer, &cmd.combo, deadline).await?
+                    }
+                };
+                if let Recorded::NotAdmitted = recorded {
+                    tracing::debug!(merchant = cmd.merchant.as_str(), "new customer over the admission budget");
+                }
+                Ok(recorded)
+            }
+            .await;
+            self.metrics.write(match &result {
+                Ok(Recorded::Applied { pruned, .. }) => {
+                    self.metrics.pruned(*pruned);
+                    "applied"
+                }
+                Ok(Recorded::IgnoredNoHabit) => "no_habit",
+                Ok(Recorded::NotAdmitted) => "not_admitted",
+                Err(error) => error_label(error),
+            });
+            result.map(convert::record_response)
+        })
+        .await
+    }
+
+    async fn get_pin(&self, request: Request<pb::GetPinRequest>) -> Result<Response<pb::GetPinResponse>, Status> {
+        let deadline = deadline_of(request.metadata(), self.call_ceiling);
+        let req = request.into_inner();
+        self.within_deadline("GetPin", deadline, async {
+            let result = async {
+                let (merchant, customer, query) = convert::pin_query(&req, self.min_pin_count)?;
+                let fields = self.store.read_combos(&merchant, &customer, deadline).await?;
+                Ok(rank_candidates(&fields, &query))
+            }
+            .await;
+            self.metrics.pin(match &result {
+                Ok(candidates) if candidates.is_empty() => "no_habit",
+                Ok(_) => "pinned",
+                Err(error) => error_label(error),
+            });
+            result.map(convert::pin_response)
+        })
+        .await
+    }
+
+    async fn get_habits(
+        &self,
+        request: Request<pb::GetHabitsRequest>,
+    ) -> Result<Response<pb::GetHabitsResponse>, Status> {
+        let deadline = deadline_of(request.metadata(), self.call_ceiling);
+        let req = request.into_inner();
+        self.within_deadline("GetHabits", deadline, async {
+            let (merchant, customer) = convert::customer_ref(&req.merchant_id, &req.customer_id)?;
+            let (fields, ttl) = self.store.read_habits(&merchant, &customer, deadline).await?;
+            Ok(convert::habits_response(ordered_habits(&fields), ttl))
+        })
+        .await
+    }
+
+    async fn forget_customer(
+        &self,
+        request: Request<pb::ForgetCustomerRequest>,
+    ) -> Result<Response<pb::ForgetCustomerResponse>, Status> {
+        let deadline = deadline_of(request.metadata(), self.call_ceiling);
+        let req = request.into_inner();
+        self.within_deadline("ForgetCustomer", deadline, async {
+            let (merchant, customer) = convert::customer_ref(&req.merchant_id, &req.customer_id)?;
+            let existed = self.store.forget(&merchant, &customer, deadline).await?;
+            tracing::info!(merchant = merchant.as_str(), existed, "customer forgotten");
+            Ok(pb::ForgetCustomerResponse { existed })
+        })
+        .await
+    }
+}

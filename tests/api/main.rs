@@ -1,0 +1,14 @@
+//! Integration tests: the real service on port 0 against a real
+//! `redis-server`, called over gRPC. One binary, so it links once.
+
+mod admission;
+mod bad_input;
+mod concurrency;
+mod get_pin;
+mod habits;
+mod health;
+mod helpers;
+mod observability;
+mod record_outcome;
+mod scripts;
+mod shutdown;

@@ -1,0 +1,81 @@
+//! What operators see: Prometheus metrics on `/metrics`, and server
+//! reflection for grpcurl and ghz.
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+use tonic_reflection::pb::v1::ServerReflectionRequest;
+
+use crate::helpers::*;
+
+async fn scrape(app: &TestApp) -> String {
+    let mut stream = tokio::net::TcpStream::connect(app.metrics_addr).await.unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    response
+}
+
+#[tokio::test]
+async fn metrics_count_outcomes_prunes_and_latency() {
+    let app = spawn_app_with(|s| {
+        s.rules.max_combos_per_customer = 1;
+        s.rules.budgets.overrides.insert("closed".into(), 0);
+    })
+    .await;
+    app.success("c1", "A").await;
+    app.success("c1", "B").await; // prunes A
+    app.failure("c9", "A").await;
+    app.record(outcome("closed", "c1", "A", sticky_routing::transport::pb::Outcome::Success)).await.unwrap();
+    app.record(outcome("", "c1", "A", sticky_routing::transport::pb::Outcome::Success)).await.unwrap_err();
+    app.pin(pin_request("c1", &[])).await.unwrap();
+    app.pin(pin_request("c2", &[])).await.unwrap();
+
+    let text = scrape(&app).await;
+    for line in [
+        "sticky_routing_writes_total{outcome=\"applied\"} 2",
+        "sticky_routing_writes_total{outcome=\"no_habit\"} 1",
+        "sticky_routing_writes_total{outcome=\"not_admitted\"} 1",
+        "sticky_routing_writes_total{outcome=\"invalid\"} 1",
+        "sticky_routing_pins_total{outcome=\"pinned\"} 1",
+        "sticky_routing_pins_total{outcome=\"no_habit\"} 1",
+        "sticky_routing_pruned_fields_total 1",
+        "sticky_routing_rpc_duration_seconds_count{code=\"Ok\",rpc=\"RecordOutcome\"} 4",
+        "sticky_routing_rpc_duration_seconds_count{code=\"InvalidArgument\",rpc=\"RecordOutcome\"} 1",
+        "sticky_routing_rpc_duration_seconds_count{code=\"Ok\",rpc=\"GetPin\"} 2",
+    ] {
+        assert!(text.contains(line), "missing `{line}` in:\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn reflection_lists_the_api_and_health() {
+    let app = spawn_app().await;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", app.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut replies = ServerReflectionClient::new(channel)
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .unwrap()
+        .into_inner();
+    let reply = replies.message().await.unwrap().expect("one reply");
+    let Some(MessageResponse::ListServicesResponse(list)) = reply.message_response else {
+        panic!("unexpected reply {reply:?}");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    for service in ["sticky_routing.v1.StickyRouting", "grpc.health.v1.Health"] {
+        assert!(names.iter().any(|n| n == service), "{service} missing from {names:?}");
+    }
+}
