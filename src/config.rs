@@ -111,25 +111,32 @@ const KNOWN_KEYS: &[&str] = &[
 
 impl Settings {
     /// The built-in defaults, as a test's starting point.
+    #[allow(clippy::expect_used, reason = "the defaults are constants; a unit test parses them")]
     pub fn defaults() -> Self {
         Self::load(None, &HashMap::new()).expect("the built-in defaults are valid")
     }
 
     /// Loads the layers: defaults, then `config_file` (or the file named by
     /// `STICKY_ROUTING_CONFIG` in `env`), then `env`.
-    pub fn load(config_file: Option<&Path>, env: &HashMap<String, String>) -> Result<Self, ConfigError> {
+    pub fn load(
+        config_file: Option<&Path>,
+        env: &HashMap<String, String>,
+    ) -> Result<Self, ConfigError> {
         let file = config_file
             .map(Path::to_path_buf)
             .or_else(|| env.get(CONFIG_FILE_VAR).map(PathBuf::from));
         let mut builder = config::Config::builder();
         if let Some(path) = &file {
-            builder = builder.add_source(config::File::from(path.as_path()).format(config::FileFormat::Toml));
+            builder = builder
+                .add_source(config::File::from(path.as_path()).format(config::FileFormat::Toml));
         }
         let known_env: HashMap<String, String> = env
             .iter()
             .filter_map(|(name, value)| {
                 let key = name.strip_prefix(ENV_PREFIX)?.to_ascii_lowercase();
-                KNOWN_KEYS.contains(&key.as_str()).then(|| (key, value.clone()))
+                KNOWN_KEYS
+                    .contains(&key.as_str())
+                    .then(|| (key, value.clone()))
             })
             .collect();
         builder = builder.add_source(config::Environment::default().source(Some(known_env)));
@@ -137,7 +144,10 @@ impl Settings {
             .build()
             .and_then(config::Config::try_deserialize)
             .map_err(|e| ConfigError {
-                problems: vec![format!("{}: {e}", file.map_or("configuration".into(), |p| p.display().to_string()))],
+                problems: vec![format!(
+                    "{}: {e}",
+                    file.map_or("configuration".into(), |p| p.display().to_string())
+                )],
             })?;
         let mut overrides = raw.max_customers_overrides.clone().unwrap_or_default();
         for (name, value) in env {
@@ -190,18 +200,28 @@ pub fn from_process() -> Result<CommandLine, ConfigError> {
 }
 
 /// Parses `[--config FILE] | --help | --version` and loads the settings.
-pub fn parse_command_line(args: &[String], env: &HashMap<String, String>) -> Result<CommandLine, ConfigError> {
+pub fn parse_command_line(
+    args: &[String],
+    env: &HashMap<String, String>,
+) -> Result<CommandLine, ConfigError> {
     let mut config_file = None;
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         match arg.as_str() {
             "-h" | "--help" => return Ok(CommandLine::Exit(USAGE.to_owned())),
             "-V" | "--version" => {
-                return Ok(CommandLine::Exit(format!("sticky-routing {}", env!("CARGO_PKG_VERSION"))));
+                return Ok(CommandLine::Exit(format!(
+                    "sticky-routing {}",
+                    env!("CARGO_PKG_VERSION")
+                )));
             }
             "--config" => match rest.next() {
                 Some(path) => config_file = Some(PathBuf::from(path)),
-                None => return Err(ConfigError { problems: vec!["--config needs a FILE".into()] }),
+                None => {
+                    return Err(ConfigError {
+                        problems: vec!["--config needs a FILE".into()],
+                    });
+                }
             },
             other => match other.strip_prefix("--config=") {
                 Some(path) => config_file = Some(PathBuf::from(path)),
@@ -223,30 +243,55 @@ struct Checker {
 }
 
 impl Checker {
-    fn check(mut self, raw: RawSettings, overrides: HashMap<String, String>) -> Result<Settings, ConfigError> {
-        let cpus = std::thread::available_parallelism().map_or(1, usize::from).to_string();
+    fn check(
+        mut self,
+        raw: RawSettings,
+        overrides: HashMap<String, String>,
+    ) -> Result<Settings, ConfigError> {
+        let cpus = std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .to_string();
         let listen_addr = self.value("listen_addr", raw.listen_addr, "0.0.0.0:50051", parse_addr);
         let metrics_addr = self.value("metrics_addr", raw.metrics_addr, "0.0.0.0:9464", parse_addr);
-        let url = self.value("redis_url", raw.redis_url, "redis://127.0.0.1:6379", parse_redis_url);
-        let pool_size = self.value("redis_pool_size", raw.redis_pool_size, &cpus, |t| parse_in_range(t, 1, 1024));
-        let command_timeout = self.value("redis_timeout", raw.redis_timeout, "250ms", parse_positive_duration);
+        let url = self.value(
+            "redis_url",
+            raw.redis_url,
+            "redis://127.0.0.1:6379",
+            parse_redis_url,
+        );
+        let pool_size = self.value("redis_pool_size", raw.redis_pool_size, &cpus, |t| {
+            parse_in_range(t, 1, 1024)
+        });
+        let command_timeout = self.value(
+            "redis_timeout",
+            raw.redis_timeout,
+            "250ms",
+            parse_positive_duration,
+        );
         let key_ttl = self.value("key_ttl", raw.key_ttl, "90d", parse_whole_seconds);
         let admission_window = match raw.admission_window {
             Some(text) => self.value("admission_window", Some(text), "", parse_whole_seconds),
             None => key_ttl,
         };
-        let max_combos = self.value("max_combos_per_customer", raw.max_combos_per_customer, "30", |t| {
-            parse_in_range(t, 1, 10_000)
-        });
+        let max_combos = self.value(
+            "max_combos_per_customer",
+            raw.max_combos_per_customer,
+            "30",
+            |t| parse_in_range(t, 1, 10_000),
+        );
         let default_budget = self.value("max_customers", raw.max_customers, "1000000", parse_u64);
         let overrides = self.overrides(overrides);
         let min_pin_count = self.value("min_pin_count", raw.min_pin_count, "1", |t| {
             parse_in_range(t, 1, i64::MAX as usize)
         });
-        let shutdown_grace = self.value("shutdown_grace", raw.shutdown_grace, "20s", parse_duration);
-        let max_in_flight_per_connection = self.value("max_in_flight_per_connection", raw.max_in_flight_per_connection, "4096", |t| {
-            parse_in_range(t, 1, 1_000_000)
-        });
+        let shutdown_grace =
+            self.value("shutdown_grace", raw.shutdown_grace, "20s", parse_duration);
+        let max_in_flight_per_connection = self.value(
+            "max_in_flight_per_connection",
+            raw.max_in_flight_per_connection,
+            "4096",
+            |t| parse_in_range(t, 1, 1_000_000),
+        );
         let settings = || -> Option<Settings> {
             Some(Settings {
                 listen_addr: listen_addr?,
@@ -272,7 +317,9 @@ impl Checker {
         };
         match settings() {
             Some(settings) if self.problems.is_empty() => Ok(settings),
-            _ => Err(ConfigError { problems: self.problems }),
+            _ => Err(ConfigError {
+                problems: self.problems,
+            }),
         }
     }
 
@@ -289,7 +336,8 @@ impl Checker {
         parse(text.trim())
             .map_err(|why| {
                 let name = key.to_ascii_uppercase();
-                self.problems.push(format!("{ENV_PREFIX}{name} ({key}): {why}"));
+                self.problems
+                    .push(format!("{ENV_PREFIX}{name} ({key}): {why}"));
             })
             .ok()
     }
@@ -299,7 +347,9 @@ impl Checker {
         for (merchant, text) in raw {
             let name = format!("{OVERRIDE_PREFIX}{merchant}");
             if merchant.trim().is_empty() || merchant.trim() != merchant {
-                self.problems.push(format!("{name}: the merchant id must be non-empty and trimmed"));
+                self.problems.push(format!(
+                    "{name}: the merchant id must be non-empty and trimmed"
+                ));
                 continue;
             }
             match parse_u64(text.trim()) {
@@ -331,7 +381,9 @@ fn parse_u64(text: &str) -> Result<u64, String> {
 fn parse_in_range(text: &str, min: usize, max: usize) -> Result<usize, String> {
     match text.parse::<usize>() {
         Ok(n) if (min..=max).contains(&n) => Ok(n),
-        _ => Err(format!("`{text}` is not a whole number from {min} to {max}")),
+        _ => Err(format!(
+            "`{text}` is not a whole number from {min} to {max}"
+        )),
     }
 }
 
@@ -383,7 +435,10 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -392,7 +447,10 @@ mod tests {
         assert_eq!(s.listen_addr, "0.0.0.0:50051".parse().unwrap());
         assert_eq!(s.metrics_addr, "0.0.0.0:9464".parse().unwrap());
         assert_eq!(s.redis.url, "redis://127.0.0.1:6379");
-        assert_eq!(s.redis.pool_size, std::thread::available_parallelism().unwrap().get());
+        assert_eq!(
+            s.redis.pool_size,
+            std::thread::available_parallelism().unwrap().get()
+        );
         assert_eq!(s.rules.key_ttl, Duration::from_secs(90 * 86_400));
         assert_eq!(s.rules.admission_window, s.rules.key_ttl);
         assert_eq!(s.rules.max_combos_per_customer, 30);
@@ -460,11 +518,16 @@ mod tests {
             "key_ttl = \"2d\"\nmax_combos_per_customer = 5\n[max_customers_overrides]\nBig_Merchant = 99\n",
         )
         .unwrap();
-        let s = Settings::load(Some(&path), &env(&[("STICKY_ROUTING_MAX_COMBOS_PER_CUSTOMER", "6")])).unwrap();
+        let s = Settings::load(
+            Some(&path),
+            &env(&[("STICKY_ROUTING_MAX_COMBOS_PER_CUSTOMER", "6")]),
+        )
+        .unwrap();
         assert_eq!(s.rules.key_ttl, Duration::from_secs(2 * 86_400));
         assert_eq!(s.rules.max_combos_per_customer, 6);
         assert_eq!(s.rules.budgets.overrides["Big_Merchant"], 99);
-        let via_env = Settings::load(None, &env(&[(CONFIG_FILE_VAR, path.to_str().unwrap())])).unwrap();
+        let via_env =
+            Settings::load(None, &env(&[(CONFIG_FILE_VAR, path.to_str().unwrap())])).unwrap();
         assert_eq!(via_env.rules.max_combos_per_customer, 5);
         std::fs::remove_dir_all(dir).unwrap();
     }
@@ -472,9 +535,15 @@ mod tests {
     #[test]
     fn the_command_line_takes_a_config_file_help_and_version() {
         let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert!(matches!(parse_command_line(&args(&["--help"]), &env(&[])), Ok(CommandLine::Exit(t)) if t.contains("STICKY_ROUTING_KEY_TTL")));
-        assert!(matches!(parse_command_line(&args(&[]), &env(&[])), Ok(CommandLine::Run(_))));
-        let err = parse_command_line(&args(&["--config", "/nonexistent/x.toml"]), &env(&[])).unwrap_err();
+        assert!(
+            matches!(parse_command_line(&args(&["--help"]), &env(&[])), Ok(CommandLine::Exit(t)) if t.contains("STICKY_ROUTING_KEY_TTL"))
+        );
+        assert!(matches!(
+            parse_command_line(&args(&[]), &env(&[])),
+            Ok(CommandLine::Run(_))
+        ));
+        let err =
+            parse_command_line(&args(&["--config", "/nonexistent/x.toml"]), &env(&[])).unwrap_err();
         assert!(err.to_string().contains("/nonexistent/x.toml"), "{err}");
         assert!(parse_command_line(&args(&["--bogus"]), &env(&[])).is_err());
     }
@@ -489,9 +558,16 @@ mod tests {
 
     #[test]
     fn passwords_are_redacted() {
-        assert_eq!(redact_url("redis://u:hunter2@h:6379"), "redis://u:***@h:6379");
+        assert_eq!(
+            redact_url("redis://u:hunter2@h:6379"),
+            "redis://u:***@h:6379"
+        );
         assert_eq!(redact_url("redis://h:6379"), "redis://h:6379");
-        let s = Settings::load(None, &env(&[("STICKY_ROUTING_REDIS_URL", "redis://:hunter2@h:1")])).unwrap();
+        let s = Settings::load(
+            None,
+            &env(&[("STICKY_ROUTING_REDIS_URL", "redis://:hunter2@h:1")]),
+        )
+        .unwrap();
         assert!(!format!("{s:?}").contains("hunter2"));
     }
 }

@@ -36,7 +36,10 @@ const REDIS_HEALTH_INTERVAL: Duration = Duration::from_millis(500);
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
     #[error("cannot listen on {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("cannot set up redis: {0}")]
     Redis(#[from] StorageError),
     #[error("cannot set up metrics: {0}")]
@@ -53,15 +56,17 @@ pub enum StartupError {
 pub struct Application {
     settings: Settings,
     grpc_listener: TcpListener,
+    grpc_addr: SocketAddr,
     metrics_listener: TcpListener,
+    metrics_addr: SocketAddr,
     store: RedisStore,
     metrics: Arc<Metrics>,
 }
 
 impl Application {
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
-        let grpc_listener = bind(settings.listen_addr).await?;
-        let metrics_listener = bind(settings.metrics_addr).await?;
+        let (grpc_listener, grpc_addr) = bind(settings.listen_addr).await?;
+        let (metrics_listener, metrics_addr) = bind(settings.metrics_addr).await?;
         let store = RedisStore::connect(&settings.redis, &settings.rules)?;
         if !store.wait_connected(REDIS_CONNECT_WAIT).await {
             tracing::warn!(
@@ -70,31 +75,52 @@ impl Application {
             );
         }
         let metrics = Arc::new(Metrics::new().map_err(|e| StartupError::Metrics(e.to_string()))?);
-        Ok(Self { settings, grpc_listener, metrics_listener, store, metrics })
+        Ok(Self {
+            settings,
+            grpc_listener,
+            grpc_addr,
+            metrics_listener,
+            metrics_addr,
+            store,
+            metrics,
+        })
     }
 
     /// The bound gRPC address (the real port when built on port 0).
     pub fn grpc_addr(&self) -> SocketAddr {
-        self.grpc_listener.local_addr().expect("a bound listener has an address")
+        self.grpc_addr
     }
 
     /// The bound metrics address.
     pub fn metrics_addr(&self) -> SocketAddr {
-        self.metrics_listener.local_addr().expect("a bound listener has an address")
+        self.metrics_addr
     }
 
     /// Serves until `shutdown` resolves, then drains.
-    pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()>) -> Result<(), StartupError> {
-        let Self { settings, grpc_listener, metrics_listener, store, metrics } = self;
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), StartupError> {
+        let Self {
+            settings,
+            grpc_listener,
+            grpc_addr,
+            metrics_listener,
+            metrics_addr,
+            store,
+            metrics,
+        } = self;
         tracing::info!(
-            grpc = %grpc_listener.local_addr().map_err(|e| StartupError::Bind { addr: settings.listen_addr, source: e })?,
-            metrics = %metrics_listener.local_addr().map_err(|e| StartupError::Bind { addr: settings.metrics_addr, source: e })?,
+            grpc = %grpc_addr,
+            metrics = %metrics_addr,
             redis = %redact_url(&settings.redis.url),
             "sticky-routing serving"
         );
 
         let (reporter, health_service) = tonic_health::server::health_reporter();
-        reporter.set_service_status(API_SERVICE, ServingStatus::NotServing).await;
+        reporter
+            .set_service_status(API_SERVICE, ServingStatus::NotServing)
+            .await;
         let (stop_tx, stop_rx) = watch::channel(false);
         let readiness = tokio::spawn(health::follow_redis(
             reporter.clone(),
@@ -116,9 +142,13 @@ impl Application {
 
         // A call may make three Redis calls (a new customer's success).
         let call_ceiling = settings.redis.command_timeout * 4;
-        let api = StickyRoutingService::new(store.clone(), metrics.clone(), settings.rules.min_pin_count, call_ceiling);
-        let api = StickyRoutingServer::new(api)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let api = StickyRoutingService::new(
+            store.clone(),
+            metrics.clone(),
+            settings.rules.min_pin_count,
+            call_ceiling,
+        );
+        let api = StickyRoutingServer::new(api).max_decoding_message_size(MAX_MESSAGE_BYTES);
 
         let metrics_stop = {
             let mut stop = stop_rx.clone();
@@ -126,7 +156,11 @@ impl Application {
                 let _ = stop.changed().await;
             }
         };
-        let metrics_server = tokio::spawn(crate::telemetry::serve_metrics(metrics_listener, metrics, metrics_stop));
+        let metrics_server = tokio::spawn(crate::telemetry::serve_metrics(
+            metrics_listener,
+            metrics,
+            metrics_stop,
+        ));
 
         let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
         // The limit is per connection: kubelet's probes come on their own
@@ -173,8 +207,12 @@ impl Application {
     }
 }
 
-async fn bind(addr: SocketAddr) -> Result<TcpListener, StartupError> {
-    TcpListener::bind(addr).await.map_err(|source| StartupError::Bind { addr, source })
+/// Binds `addr`, returning the listener and the address it really got.
+async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartupError> {
+    let error = |source| StartupError::Bind { addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(error)?;
+    let bound = listener.local_addr().map_err(error)?;
+    Ok((listener, bound))
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

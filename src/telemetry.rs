@@ -130,13 +130,18 @@ pub async fn serve_metrics(
             let metrics = metrics.clone();
             async move {
                 (
-                    [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4",
+                    )],
                     metrics.render(),
                 )
             }
         }),
     );
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
 }
 
 #[cfg(test)]
@@ -151,9 +156,18 @@ mod tests {
         metrics.pruned(2);
         metrics.rpc("GetPin", tonic::Code::Ok, Duration::from_micros(300));
         let text = metrics.render();
-        assert!(text.contains("sticky_routing_pins_total{outcome=\"pinned\"} 1"), "{text}");
-        assert!(text.contains("sticky_routing_writes_total{outcome=\"not_admitted\"} 1"), "{text}");
-        assert!(text.contains("sticky_routing_pruned_fields_total 2"), "{text}");
+        assert!(
+            text.contains("sticky_routing_pins_total{outcome=\"pinned\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sticky_routing_writes_total{outcome=\"not_admitted\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sticky_routing_pruned_fields_total 2"),
+            "{text}"
+        );
         assert!(text.contains("sticky_routing_rpc_duration_seconds_bucket{code=\"Ok\",rpc=\"GetPin\",le=\"0.0005\"} 1"), "{text}");
     }
 }

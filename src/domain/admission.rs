@@ -25,7 +25,10 @@ pub struct Budgets {
 
 impl Budgets {
     pub fn for_merchant(&self, merchant: &MerchantId) -> u64 {
-        self.overrides.get(merchant.as_str()).copied().unwrap_or(self.default)
+        self.overrides
+            .get(merchant.as_str())
+            .copied()
+            .unwrap_or(self.default)
     }
 }
 
@@ -56,26 +59,46 @@ pub fn estimate(current: u64, previous: u64, elapsed_fraction: f64) -> f64 {
 /// A caller whose clock runs behind the stored window keeps the stored window
 /// (elapsed clamps to 0) rather than rolling back; a counter never decreases
 /// within its window, so concurrent callers can never push past the budget.
-pub fn decide(stored: Option<WindowCounters>, now_ms: i64, window_ms: i64, budget: u64) -> Decision {
+pub fn decide(
+    stored: Option<WindowCounters>,
+    now_ms: i64,
+    window_ms: i64,
+    budget: u64,
+) -> Decision {
     let window_ms = window_ms.max(1);
     let now_window = now_ms.div_euclid(window_ms);
     let counters = match stored {
-        None => WindowCounters { window: now_window, current: 0, previous: 0 },
+        None => WindowCounters {
+            window: now_window,
+            current: 0,
+            previous: 0,
+        },
         Some(s) if s.window >= now_window => s,
         Some(s) if s.window == now_window - 1 => WindowCounters {
             window: now_window,
             current: 0,
             previous: s.current,
         },
-        Some(_) => WindowCounters { window: now_window, current: 0, previous: 0 },
+        Some(_) => WindowCounters {
+            window: now_window,
+            current: 0,
+            previous: 0,
+        },
     };
     let elapsed = (now_ms - counters.window * window_ms).clamp(0, window_ms);
     let fraction = elapsed as f64 / window_ms as f64;
     let admitted = estimate(counters.current, counters.previous, fraction) + 1.0 <= budget as f64;
-    let current = if admitted { counters.current + 1 } else { counters.current };
+    let current = if admitted {
+        counters.current + 1
+    } else {
+        counters.current
+    };
     Decision {
         admitted,
-        counters: WindowCounters { current, ..counters },
+        counters: WindowCounters {
+            current,
+            ..counters
+        },
     }
 }
 
@@ -110,24 +133,53 @@ mod tests {
     #[test]
     fn the_previous_window_weighs_by_what_is_left_of_the_current() {
         // 4 admitted in window 0; at 25% into window 1 they still weigh 3.
-        let stored = Some(WindowCounters { window: 0, current: 4, previous: 0 });
+        let stored = Some(WindowCounters {
+            window: 0,
+            current: 4,
+            previous: 0,
+        });
         let d = decide(stored, W + 250, W, 4);
         assert!(d.admitted, "3 + 1 <= 4");
-        assert_eq!(d.counters, WindowCounters { window: 1, current: 1, previous: 4 });
-        assert!(!decide(Some(d.counters), W + 250, W, 4).admitted, "3 + 1 + 1 > 4");
+        assert_eq!(
+            d.counters,
+            WindowCounters {
+                window: 1,
+                current: 1,
+                previous: 4
+            }
+        );
+        assert!(
+            !decide(Some(d.counters), W + 250, W, 4).admitted,
+            "3 + 1 + 1 > 4"
+        );
         assert_eq!(estimate(1, 4, 0.25), 4.0);
     }
 
     #[test]
     fn an_idle_merchant_starts_over() {
-        let stored = Some(WindowCounters { window: 0, current: 9, previous: 9 });
+        let stored = Some(WindowCounters {
+            window: 0,
+            current: 9,
+            previous: 9,
+        });
         let d = decide(stored, 5 * W, W, 1);
-        assert_eq!(d.counters, WindowCounters { window: 5, current: 1, previous: 0 });
+        assert_eq!(
+            d.counters,
+            WindowCounters {
+                window: 5,
+                current: 1,
+                previous: 0
+            }
+        );
     }
 
     #[test]
     fn a_lagging_clock_never_rolls_the_window_back() {
-        let stored = Some(WindowCounters { window: 3, current: 2, previous: 0 });
+        let stored = Some(WindowCounters {
+            window: 3,
+            current: 2,
+            previous: 0,
+        });
         let d = decide(stored, 2 * W + 1, W, 2);
         assert!(!d.admitted);
         assert_eq!(d.counters.window, 3);
@@ -135,7 +187,10 @@ mod tests {
 
     #[test]
     fn overrides_win_over_the_default() {
-        let budgets = Budgets { default: 5, overrides: HashMap::from([("m_1".to_string(), 0)]) };
+        let budgets = Budgets {
+            default: 5,
+            overrides: HashMap::from([("m_1".to_string(), 0)]),
+        };
         assert_eq!(budgets.for_merchant(&MerchantId::parse("m_1").unwrap()), 0);
         assert_eq!(budgets.for_merchant(&MerchantId::parse("m2").unwrap()), 5);
     }

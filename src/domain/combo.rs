@@ -95,7 +95,10 @@ mod tests {
 
     #[test]
     fn field_matches_the_spec_example() {
-        assert_eq!(combo("interac", "rtp", "GIGADAT").unwrap().field(), "INTERAC:RTP:GIGADAT");
+        assert_eq!(
+            combo("interac", "rtp", "GIGADAT").unwrap().field(),
+            "INTERAC:RTP:GIGADAT"
+        );
     }
 
     #[test]
@@ -109,7 +112,10 @@ mod tests {
     #[test]
     fn connector_colons_survive_the_split() {
         let parts = split_field("CARD:DEBIT:acme:eu:1").unwrap();
-        assert_eq!((parts.method, parts.method_type, parts.connector), ("CARD", "DEBIT", "acme:eu:1"));
+        assert_eq!(
+            (parts.method, parts.method_type, parts.connector),
+            ("CARD", "DEBIT", "acme:eu:1")
+        );
         assert_eq!(split_field("no-colons"), None);
     }
 

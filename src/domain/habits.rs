@@ -16,7 +16,10 @@ pub struct Habit {
 /// have written (no two colons) is skipped rather than failing the read.
 pub fn ordered_habits(fields: &[(String, i64)]) -> Vec<Habit> {
     let mut sorted: Vec<&(String, i64)> = fields.iter().collect();
-    sorted.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.as_bytes().cmp(b.0.as_bytes())));
+    sorted.sort_by(|a, b| {
+        b.1.cmp(&a.1)
+            .then_with(|| a.0.as_bytes().cmp(b.0.as_bytes()))
+    });
     sorted
         .into_iter()
         .filter_map(|(field, net_count)| {
@@ -37,15 +40,23 @@ mod tests {
 
     #[test]
     fn habits_are_ordered_by_count_then_field() {
-        let fields: Vec<(String, i64)> = [("CARD:DEBIT:b", 2), ("INTERAC:RTP:x", 5), ("CARD:DEBIT:a", 2), ("junk", 9)]
-            .iter()
-            .map(|(f, c)| (f.to_string(), *c))
-            .collect();
+        let fields: Vec<(String, i64)> = [
+            ("CARD:DEBIT:b", 2),
+            ("INTERAC:RTP:x", 5),
+            ("CARD:DEBIT:a", 2),
+            ("junk", 9),
+        ]
+        .iter()
+        .map(|(f, c)| (f.to_string(), *c))
+        .collect();
         let habits = ordered_habits(&fields);
         let order: Vec<(&str, &str, i64)> = habits
             .iter()
             .map(|h| (h.method.as_str(), h.connector.as_str(), h.net_count))
             .collect();
-        assert_eq!(order, [("INTERAC", "x", 5), ("CARD", "a", 2), ("CARD", "b", 2)]);
+        assert_eq!(
+            order,
+            [("INTERAC", "x", 5), ("CARD", "a", 2), ("CARD", "b", 2)]
+        );
     }
 }

@@ -167,29 +167,46 @@ mod tests {
 
     #[test]
     fn ids_are_trimmed_and_keep_their_case() {
-        assert_eq!(MerchantId::parse("  Merchant_1\t").unwrap().as_str(), "Merchant_1");
+        assert_eq!(
+            MerchantId::parse("  Merchant_1\t").unwrap().as_str(),
+            "Merchant_1"
+        );
         assert_eq!(CustomerId::parse(" Cus_AB ").unwrap().as_str(), "Cus_AB");
     }
 
     #[test]
     fn bad_ids_are_rejected_by_field_name() {
         for raw in ["", "   ", "a\u{0}b", "a\nb", &"x".repeat(129)] {
-            assert_eq!(MerchantId::parse(raw).unwrap_err().field, "merchant_id", "{raw:?}");
-            assert_eq!(CustomerId::parse(raw).unwrap_err().field, "customer_id", "{raw:?}");
+            assert_eq!(
+                MerchantId::parse(raw).unwrap_err().field,
+                "merchant_id",
+                "{raw:?}"
+            );
+            assert_eq!(
+                CustomerId::parse(raw).unwrap_err().field,
+                "customer_id",
+                "{raw:?}"
+            );
         }
         assert!(MerchantId::parse(&"x".repeat(128)).is_ok());
     }
 
     #[test]
     fn methods_are_trimmed_and_upper_cased() {
-        assert_eq!(PaymentMethod::parse(" interac ").unwrap().as_str(), "INTERAC");
+        assert_eq!(
+            PaymentMethod::parse(" interac ").unwrap().as_str(),
+            "INTERAC"
+        );
         assert_eq!(PaymentMethodType::parse("rtp").unwrap().as_str(), "RTP");
     }
 
     #[test]
     fn methods_reject_empty_colon_control_and_long() {
         for raw in ["", " ", "a:b", "a\u{7}b", &"x".repeat(65)] {
-            assert_eq!(PaymentMethod::parse(raw).unwrap_err().field, "payment_method");
+            assert_eq!(
+                PaymentMethod::parse(raw).unwrap_err().field,
+                "payment_method"
+            );
             assert_eq!(
                 PaymentMethodType::parse(raw).unwrap_err().field,
                 "payment_method_type"

@@ -71,7 +71,10 @@ mod tests {
     }
 
     fn unescape(s: &str) -> String {
-        s.replace("%5F", "_").replace("%7B", "{").replace("%7D", "}").replace("%25", "%")
+        s.replace("%5F", "_")
+            .replace("%7B", "{")
+            .replace("%7D", "}")
+            .replace("%25", "%")
     }
 
     #[test]
@@ -82,7 +85,10 @@ mod tests {
 
     #[test]
     fn underscores_in_merchant_ids_cannot_shift_the_boundary() {
-        assert_eq!(key("merchant_123", "cus_abc"), "sticky_gw_merchant%5F123_cus_abc");
+        assert_eq!(
+            key("merchant_123", "cus_abc"),
+            "sticky_gw_merchant%5F123_cus_abc"
+        );
         assert_ne!(key("a_b", "c"), key("a", "b_c"));
     }
 

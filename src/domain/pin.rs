@@ -37,7 +37,12 @@ pub fn rank_candidates(fields: &[(String, i64)], query: &PinQuery) -> Vec<Candid
             let eligible_at = if query.eligible.is_empty() {
                 None
             } else {
-                Some(query.eligible.iter().position(|c| c.as_str() == connector)?)
+                Some(
+                    query
+                        .eligible
+                        .iter()
+                        .position(|c| c.as_str() == connector)?,
+                )
             };
             Some((
                 eligible_at,
@@ -48,15 +53,17 @@ pub fn rank_candidates(fields: &[(String, i64)], query: &PinQuery) -> Vec<Candid
             ))
         })
         .collect();
-    ranked.sort_by(|a, b| best_first(a, b));
+    ranked.sort_by(best_first);
     ranked.into_iter().map(|(_, candidate)| candidate).collect()
 }
 
 fn best_first(a: &(Option<usize>, Candidate), b: &(Option<usize>, Candidate)) -> Ordering {
-    b.1.net_count.cmp(&a.1.net_count).then_with(|| match (a.0, b.0) {
-        (Some(ia), Some(ib)) => ia.cmp(&ib),
-        _ => a.1.connector.as_bytes().cmp(b.1.connector.as_bytes()),
-    })
+    b.1.net_count
+        .cmp(&a.1.net_count)
+        .then_with(|| match (a.0, b.0) {
+            (Some(ia), Some(ib)) => ia.cmp(&ib),
+            _ => a.1.connector.as_bytes().cmp(b.1.connector.as_bytes()),
+        })
 }
 
 #[cfg(test)]
@@ -71,7 +78,10 @@ mod tests {
                 &PaymentMethod::parse("interac").unwrap(),
                 &PaymentMethodType::parse("rtp").unwrap(),
             ),
-            eligible: eligible.iter().map(|c| Connector::parse(c).unwrap()).collect(),
+            eligible: eligible
+                .iter()
+                .map(|c| Connector::parse(c).unwrap())
+                .collect(),
             min_count,
         }
     }
@@ -86,19 +96,37 @@ mod tests {
 
     #[test]
     fn highest_count_of_the_method_wins() {
-        let fields = hash(&[("INTERAC:RTP:GIGADAT", 3), ("INTERAC:RTP:LOONIO", 2), ("CARD:DEBIT:ADYEN", 9)]);
-        assert_eq!(names(&rank_candidates(&fields, &query(&[], 1))), ["GIGADAT", "LOONIO"]);
+        let fields = hash(&[
+            ("INTERAC:RTP:GIGADAT", 3),
+            ("INTERAC:RTP:LOONIO", 2),
+            ("CARD:DEBIT:ADYEN", 9),
+        ]);
+        assert_eq!(
+            names(&rank_candidates(&fields, &query(&[], 1))),
+            ["GIGADAT", "LOONIO"]
+        );
     }
 
     #[test]
     fn ties_without_a_list_go_bytewise_smallest() {
-        let fields = hash(&[("INTERAC:RTP:b", 2), ("INTERAC:RTP:B", 2), ("INTERAC:RTP:a", 2)]);
-        assert_eq!(names(&rank_candidates(&fields, &query(&[], 1))), ["B", "a", "b"]);
+        let fields = hash(&[
+            ("INTERAC:RTP:b", 2),
+            ("INTERAC:RTP:B", 2),
+            ("INTERAC:RTP:a", 2),
+        ]);
+        assert_eq!(
+            names(&rank_candidates(&fields, &query(&[], 1))),
+            ["B", "a", "b"]
+        );
     }
 
     #[test]
     fn ties_with_a_list_follow_the_list_order() {
-        let fields = hash(&[("INTERAC:RTP:a", 2), ("INTERAC:RTP:b", 2), ("INTERAC:RTP:c", 5)]);
+        let fields = hash(&[
+            ("INTERAC:RTP:a", 2),
+            ("INTERAC:RTP:b", 2),
+            ("INTERAC:RTP:c", 5),
+        ]);
         let ranked = rank_candidates(&fields, &query(&["b", "a", "c"], 1));
         assert_eq!(names(&ranked), ["c", "b", "a"]);
     }
@@ -106,12 +134,19 @@ mod tests {
     #[test]
     fn the_list_restricts_candidates_case_sensitively() {
         let fields = hash(&[("INTERAC:RTP:Gigadat", 9), ("INTERAC:RTP:LOONIO", 1)]);
-        assert_eq!(names(&rank_candidates(&fields, &query(&["GIGADAT", "LOONIO"], 1))), ["LOONIO"]);
+        assert_eq!(
+            names(&rank_candidates(&fields, &query(&["GIGADAT", "LOONIO"], 1))),
+            ["LOONIO"]
+        );
     }
 
     #[test]
     fn counts_below_the_minimum_do_not_qualify() {
-        let fields = hash(&[("INTERAC:RTP:a", 2), ("INTERAC:RTP:b", 3), ("INTERAC:RTP:z", 0)]);
+        let fields = hash(&[
+            ("INTERAC:RTP:a", 2),
+            ("INTERAC:RTP:b", 3),
+            ("INTERAC:RTP:z", 0),
+        ]);
         assert_eq!(names(&rank_candidates(&fields, &query(&[], 3))), ["b"]);
         assert_eq!(names(&rank_candidates(&fields, &query(&[], 1))), ["b", "a"]);
     }
@@ -119,7 +154,10 @@ mod tests {
     #[test]
     fn connectors_with_colons_are_matched_whole() {
         let fields = hash(&[("INTERAC:RTP:acme:eu", 2)]);
-        assert_eq!(names(&rank_candidates(&fields, &query(&["acme:eu"], 1))), ["acme:eu"]);
+        assert_eq!(
+            names(&rank_candidates(&fields, &query(&["acme:eu"], 1))),
+            ["acme:eu"]
+        );
     }
 
     proptest! {

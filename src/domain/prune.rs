@@ -10,20 +10,31 @@ use std::cmp::Ordering;
 
 /// The fields the cap removes from `fields` after `just_written` was created,
 /// in the order they are chosen.
-pub fn fields_to_prune<'f>(fields: &'f [(String, i64)], cap: usize, just_written: &str) -> Vec<&'f str> {
+pub fn fields_to_prune<'f>(
+    fields: &'f [(String, i64)],
+    cap: usize,
+    just_written: &str,
+) -> Vec<&'f str> {
     let excess = fields.len().saturating_sub(cap);
     if excess == 0 {
         return Vec::new();
     }
-    let mut victims: Vec<&(String, i64)> =
-        fields.iter().filter(|(field, _)| field != just_written).collect();
+    let mut victims: Vec<&(String, i64)> = fields
+        .iter()
+        .filter(|(field, _)| field != just_written)
+        .collect();
     victims.sort_by(|a, b| prune_order(a, b));
-    victims.into_iter().take(excess).map(|(field, _)| field.as_str()).collect()
+    victims
+        .into_iter()
+        .take(excess)
+        .map(|(field, _)| field.as_str())
+        .collect()
 }
 
 /// Lowest count first; on a tie the bytewise-smallest field name.
 fn prune_order(a: &(String, i64), b: &(String, i64)) -> Ordering {
-    a.1.cmp(&b.1).then_with(|| a.0.as_bytes().cmp(b.0.as_bytes()))
+    a.1.cmp(&b.1)
+        .then_with(|| a.0.as_bytes().cmp(b.0.as_bytes()))
 }
 
 #[cfg(test)]

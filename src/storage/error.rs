@@ -22,7 +22,14 @@ pub enum StorageError {
 
 /// Redis error replies that mean "not now" rather than "wrong".
 const TRANSIENT_REPLIES: &[&str] = &[
-    "LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "OOM", "NOREPLICAS",
+    "LOADING",
+    "BUSY",
+    "READONLY",
+    "MASTERDOWN",
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+    "OOM",
+    "NOREPLICAS",
 ];
 
 impl StorageError {
@@ -44,7 +51,9 @@ impl StorageError {
 }
 
 fn is_transient_reply(details: &str) -> bool {
-    TRANSIENT_REPLIES.iter().any(|prefix| details.starts_with(prefix))
+    TRANSIENT_REPLIES
+        .iter()
+        .any(|prefix| details.starts_with(prefix))
 }
 
 #[cfg(test)]
@@ -55,18 +64,39 @@ mod tests {
     fn timeouts_follow_whose_deadline_it_was() {
         let timeout = Error::new(ErrorKind::Timeout, "timed out");
         let t = Duration::from_millis(5);
-        assert!(matches!(StorageError::from_redis(&timeout, true, t), StorageError::DeadlineExceeded));
-        assert!(matches!(StorageError::from_redis(&timeout, false, t), StorageError::Unavailable(_)));
+        assert!(matches!(
+            StorageError::from_redis(&timeout, true, t),
+            StorageError::DeadlineExceeded
+        ));
+        assert!(matches!(
+            StorageError::from_redis(&timeout, false, t),
+            StorageError::Unavailable(_)
+        ));
     }
 
     #[test]
     fn connection_trouble_is_unavailable_and_odd_replies_are_unexpected() {
         let t = Duration::from_millis(5);
         let io = Error::new(ErrorKind::IO, "connection reset");
-        let loading = Error::new(ErrorKind::Unknown, "LOADING Redis is loading the dataset in memory");
-        let wrongtype = Error::new(ErrorKind::Unknown, "WRONGTYPE Operation against a key holding the wrong kind of value");
-        assert!(matches!(StorageError::from_redis(&io, false, t), StorageError::Unavailable(_)));
-        assert!(matches!(StorageError::from_redis(&loading, false, t), StorageError::Unavailable(_)));
-        assert!(matches!(StorageError::from_redis(&wrongtype, false, t), StorageError::Unexpected(_)));
+        let loading = Error::new(
+            ErrorKind::Unknown,
+            "LOADING Redis is loading the dataset in memory",
+        );
+        let wrongtype = Error::new(
+            ErrorKind::Unknown,
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+        );
+        assert!(matches!(
+            StorageError::from_redis(&io, false, t),
+            StorageError::Unavailable(_)
+        ));
+        assert!(matches!(
+            StorageError::from_redis(&loading, false, t),
+            StorageError::Unavailable(_)
+        ));
+        assert!(matches!(
+            StorageError::from_redis(&wrongtype, false, t),
+            StorageError::Unexpected(_)
+        ));
     }
 }

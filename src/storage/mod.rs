@@ -18,7 +18,10 @@ const SCHEMES: &[&str] = &["redis://", "redis-cluster://", "redis-sentinel://"];
 /// Checks that `url` is a Redis URL this build can connect with.
 pub fn check_redis_url(url: &str) -> Result<(), String> {
     if !SCHEMES.iter().any(|scheme| url.starts_with(scheme)) {
-        return Err(format!("the URL must start with one of {}", SCHEMES.join(", ")));
+        return Err(format!(
+            "the URL must start with one of {}",
+            SCHEMES.join(", ")
+        ));
     }
     fred::prelude::Config::from_url(url)
         .map(drop)

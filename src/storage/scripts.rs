@@ -33,7 +33,10 @@ impl LuaScript {
         key: &str,
         args: Vec<Value>,
     ) -> Result<R, Error> {
-        match client.evalsha(self.script.sha1().clone(), key, args.clone()).await {
+        match client
+            .evalsha(self.script.sha1().clone(), key, args.clone())
+            .await
+        {
             Err(error) if error.details().starts_with("NOSCRIPT") => {
                 client.eval(self.body, key, args).await
             }

@@ -106,7 +106,10 @@ impl RedisStore {
     /// One PING, for readiness.
     pub async fn ping(&self, deadline: Instant) -> Result<(), StorageError> {
         let call = self.call(deadline)?;
-        call.client.ping::<()>(None).await.map_err(|e| call.error(&e))
+        call.client
+            .ping::<()>(None)
+            .await
+            .map_err(|e| call.error(&e))
     }
 
     /// A success: one round trip for an existing customer; a new customer
@@ -133,13 +136,19 @@ impl RedisStore {
             window_ms: i64::try_from(self.rules.admission_window.as_millis()).unwrap_or(i64::MAX),
             budget: self.rules.budgets.for_merchant(merchant),
         };
-        if !self.admit(&keys::admission_key(merchant), request, deadline).await?.admitted {
+        if !self
+            .admit(&keys::admission_key(merchant), request, deadline)
+            .await?
+            .admitted
+        {
             return Ok(Recorded::NotAdmitted);
         }
         write.create = true;
         self.write_success(&key, write, deadline)
             .await?
-            .ok_or_else(|| StorageError::Unexpected("record_success did not create the hash".into()))
+            .ok_or_else(|| {
+                StorageError::Unexpected("record_success did not create the hash".into())
+            })
     }
 
     /// A gateway failure: decrement, floor at 0, delete at 0, never create.
@@ -232,7 +241,9 @@ impl RedisStore {
                 net_count,
                 pruned: u32::try_from(pruned).unwrap_or(u32::MAX),
             })),
-            _ => Err(StorageError::Unexpected(format!("record_success replied {reply:?}"))),
+            _ => Err(StorageError::Unexpected(format!(
+                "record_success replied {reply:?}"
+            ))),
         }
     }
 
@@ -254,8 +265,13 @@ impl RedisStore {
             .map_err(|e| call.error(&e))?;
         match reply[..] {
             [0, _] => Ok(Recorded::IgnoredNoHabit),
-            [1, net_count] => Ok(Recorded::Applied { net_count, pruned: 0 }),
-            _ => Err(StorageError::Unexpected(format!("record_failure replied {reply:?}"))),
+            [1, net_count] => Ok(Recorded::Applied {
+                net_count,
+                pruned: 0,
+            }),
+            _ => Err(StorageError::Unexpected(format!(
+                "record_failure replied {reply:?}"
+            ))),
         }
     }
 

@@ -38,12 +38,20 @@ pub fn record_command(req: &pb::RecordOutcomeRequest) -> Result<RecordCommand, I
         Err(_) => {
             return Err(InvalidInput::new(
                 "outcome",
-                format!("unknown value {}; must be OUTCOME_SUCCESS or OUTCOME_GATEWAY_FAILURE", req.outcome),
+                format!(
+                    "unknown value {}; must be OUTCOME_SUCCESS or OUTCOME_GATEWAY_FAILURE",
+                    req.outcome
+                ),
             ));
         }
     };
     let combo = Combo::new(&method, &method_type, &connector)?;
-    Ok(RecordCommand { merchant, customer, combo, outcome })
+    Ok(RecordCommand {
+        merchant,
+        customer,
+        combo,
+        outcome,
+    })
 }
 
 pub fn pin_query(
@@ -76,8 +84,14 @@ pub fn pin_query(
     Ok((merchant, customer, query))
 }
 
-pub fn customer_ref(merchant_id: &str, customer_id: &str) -> Result<(MerchantId, CustomerId), InvalidInput> {
-    Ok((MerchantId::parse(merchant_id)?, CustomerId::parse(customer_id)?))
+pub fn customer_ref(
+    merchant_id: &str,
+    customer_id: &str,
+) -> Result<(MerchantId, CustomerId), InvalidInput> {
+    Ok((
+        MerchantId::parse(merchant_id)?,
+        CustomerId::parse(customer_id)?,
+    ))
 }
 
 pub fn record_response(recorded: Recorded) -> pb::RecordOutcomeResponse {
@@ -131,7 +145,9 @@ pub fn habits_response(habits: Vec<Habit>, ttl_seconds: i64) -> pb::GetHabitsRes
 mod tests {
     use super::*;
 
-    fn record(f: impl FnOnce(&mut pb::RecordOutcomeRequest)) -> Result<RecordCommand, InvalidInput> {
+    fn record(
+        f: impl FnOnce(&mut pb::RecordOutcomeRequest),
+    ) -> Result<RecordCommand, InvalidInput> {
         let mut req = pb::RecordOutcomeRequest {
             merchant_id: "m1".into(),
             customer_id: "c1".into(),
@@ -159,11 +175,32 @@ mod tests {
 
     #[test]
     fn each_bad_field_is_named() {
-        assert_eq!(record(|r| r.merchant_id.clear()).err().unwrap().field, "merchant_id");
-        assert_eq!(record(|r| r.customer_id = " ".into()).err().unwrap().field, "customer_id");
-        assert_eq!(record(|r| r.payment_method = "a:b".into()).err().unwrap().field, "payment_method");
-        assert_eq!(record(|r| r.payment_method_type.clear()).err().unwrap().field, "payment_method_type");
-        assert_eq!(record(|r| r.connector.clear()).err().unwrap().field, "connector");
+        assert_eq!(
+            record(|r| r.merchant_id.clear()).err().unwrap().field,
+            "merchant_id"
+        );
+        assert_eq!(
+            record(|r| r.customer_id = " ".into()).err().unwrap().field,
+            "customer_id"
+        );
+        assert_eq!(
+            record(|r| r.payment_method = "a:b".into())
+                .err()
+                .unwrap()
+                .field,
+            "payment_method"
+        );
+        assert_eq!(
+            record(|r| r.payment_method_type.clear())
+                .err()
+                .unwrap()
+                .field,
+            "payment_method_type"
+        );
+        assert_eq!(
+            record(|r| r.connector.clear()).err().unwrap().field,
+            "connector"
+        );
     }
 
     #[test]
@@ -175,9 +212,15 @@ mod tests {
             payment_method_type: "rtp".into(),
             eligible_connectors: vec!["a".into(); 65],
         };
-        assert_eq!(pin_query(&req, 1).err().unwrap().field, "eligible_connectors");
+        assert_eq!(
+            pin_query(&req, 1).err().unwrap().field,
+            "eligible_connectors"
+        );
         req.eligible_connectors = vec!["a".into(), String::new()];
-        assert_eq!(pin_query(&req, 1).err().unwrap().field, "eligible_connectors[1]");
+        assert_eq!(
+            pin_query(&req, 1).err().unwrap().field,
+            "eligible_connectors[1]"
+        );
         req.eligible_connectors = vec!["a".into(); 64];
         assert!(pin_query(&req, 1).is_ok());
     }

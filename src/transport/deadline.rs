@@ -62,7 +62,10 @@ mod tests {
     fn the_ceiling_bounds_a_missing_or_long_deadline() {
         let mut metadata = MetadataMap::new();
         let before = Instant::now();
-        assert!(deadline_of(&metadata, Duration::from_secs(1)) <= Instant::now() + Duration::from_secs(1));
+        assert!(
+            deadline_of(&metadata, Duration::from_secs(1))
+                <= Instant::now() + Duration::from_secs(1)
+        );
         metadata.insert("grpc-timeout", "10m".parse().unwrap());
         let deadline = deadline_of(&metadata, Duration::from_secs(1));
         assert!(deadline <= Instant::now() + Duration::from_millis(10));

@@ -25,7 +25,10 @@ pub async fn follow_redis(
 ) {
     let mut last = None;
     loop {
-        let ok = store.ping(Instant::now() + every.min(Duration::from_secs(1))).await.is_ok();
+        let ok = store
+            .ping(Instant::now() + every.min(Duration::from_secs(1)))
+            .await
+            .is_ok();
         if *stop.borrow() {
             return;
         }
@@ -35,7 +38,11 @@ pub async fn follow_redis(
             } else {
                 tracing::warn!("redis does not answer: {API_SERVICE} is NOT_SERVING");
             }
-            let status = if ok { ServingStatus::Serving } else { ServingStatus::NotServing };
+            let status = if ok {
+                ServingStatus::Serving
+            } else {
+                ServingStatus::NotServing
+            };
             reporter.set_service_status(API_SERVICE, status).await;
             last = Some(ok);
         }
@@ -49,6 +56,8 @@ pub async fn follow_redis(
 /// Turns every status NOT_SERVING, for shutdown.
 pub async fn set_all_not_serving(reporter: &HealthReporter) {
     for service in [PROCESS_SERVICE, API_SERVICE] {
-        reporter.set_service_status(service, ServingStatus::NotServing).await;
+        reporter
+            .set_service_status(service, ServingStatus::NotServing)
+            .await;
     }
 }

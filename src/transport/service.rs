@@ -29,8 +29,18 @@ pub struct StickyRoutingService {
 }
 
 impl StickyRoutingService {
-    pub fn new(store: RedisStore, metrics: Arc<Metrics>, min_pin_count: i64, call_ceiling: Duration) -> Self {
-        Self { store, metrics, min_pin_count, call_ceiling }
+    pub fn new(
+        store: RedisStore,
+        metrics: Arc<Metrics>,
+        min_pin_count: i64,
+        call_ceiling: Duration,
+    ) -> Self {
+        Self {
+            store,
+            metrics,
+            min_pin_count,
+            call_ceiling,
+        }
     }
 
     /// Runs one handler body within the call's deadline and records its
@@ -53,7 +63,9 @@ impl StickyRoutingService {
             tracing::warn!(rpc = method, %error, "call failed");
         }
         let result = result.map(Response::new).map_err(Status::from);
-        let code = result.as_ref().map_or_else(Status::code, |_| tonic::Code::Ok);
+        let code = result
+            .as_ref()
+            .map_or_else(Status::code, |_| tonic::Code::Ok);
         self.metrics.rpc(method, code, started.elapsed());
         result
     }
@@ -80,14 +92,21 @@ impl StickyRouting for StickyRoutingService {
                 let cmd = convert::record_command(&req)?;
                 let recorded = match cmd.outcome {
                     Outcome::Success => {
-                        self.store.record_success(&cmd.merchant, &cmd.customer, &cmd.combo, deadline).await?
+                        self.store
+                            .record_success(&cmd.merchant, &cmd.customer, &cmd.combo, deadline)
+                            .await?
                     }
                     Outcome::GatewayFailure => {
-                        self.store.record_failure(&cmd.merchant, &cmd.customer, &cmd.combo, deadline).await?
+                        self.store
+                            .record_failure(&cmd.merchant, &cmd.customer, &cmd.combo, deadline)
+                            .await?
                     }
                 };
                 if let Recorded::NotAdmitted = recorded {
-                    tracing::debug!(merchant = cmd.merchant.as_str(), "new customer over the admission budget");
+                    tracing::debug!(
+                        merchant = cmd.merchant.as_str(),
+                        "new customer over the admission budget"
+                    );
                 }
                 Ok(recorded)
             }
@@ -106,13 +125,19 @@ impl StickyRouting for StickyRoutingService {
         .await
     }
 
-    async fn get_pin(&self, request: Request<pb::GetPinRequest>) -> Result<Response<pb::GetPinResponse>, Status> {
+    async fn get_pin(
+        &self,
+        request: Request<pb::GetPinRequest>,
+    ) -> Result<Response<pb::GetPinResponse>, Status> {
         let deadline = deadline_of(request.metadata(), self.call_ceiling);
         let req = request.into_inner();
         self.within_deadline("GetPin", deadline, async {
             let result = async {
                 let (merchant, customer, query) = convert::pin_query(&req, self.min_pin_count)?;
-                let fields = self.store.read_combos(&merchant, &customer, deadline).await?;
+                let fields = self
+                    .store
+                    .read_combos(&merchant, &customer, deadline)
+                    .await?;
                 Ok(rank_candidates(&fields, &query))
             }
             .await;
@@ -134,7 +159,10 @@ impl StickyRouting for StickyRoutingService {
         let req = request.into_inner();
         self.within_deadline("GetHabits", deadline, async {
             let (merchant, customer) = convert::customer_ref(&req.merchant_id, &req.customer_id)?;
-            let (fields, ttl) = self.store.read_habits(&merchant, &customer, deadline).await?;
+            let (fields, ttl) = self
+                .store
+                .read_habits(&merchant, &customer, deadline)
+                .await?;
             Ok(convert::habits_response(ordered_habits(&fields), ttl))
         })
         .await

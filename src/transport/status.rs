@@ -38,7 +38,8 @@ mod tests {
 
     #[test]
     fn each_error_gets_its_code() {
-        let invalid: Status = ApiError::from(InvalidInput::new("customer_id", "must not be empty")).into();
+        let invalid: Status =
+            ApiError::from(InvalidInput::new("customer_id", "must not be empty")).into();
         assert_eq!(invalid.code(), Code::InvalidArgument);
         assert_eq!(invalid.message(), "customer_id: must not be empty");
         let cases = [

@@ -1,0 +1,18 @@
+# The README's two commands: `make run` and `make test`.
+.PHONY: run test lint ci
+
+# The service against a local redis-server that it starts itself.
+run:
+	scripts/run-local.sh
+
+# The whole suite: unit, property and integration tests on real Redis.
+test:
+	scripts/ensure-redis.sh
+	cargo test --locked
+
+# What CI checks besides the tests.
+lint:
+	cargo fmt --check
+	cargo clippy --locked --all-targets -- -D warnings
+
+ci: lint test
