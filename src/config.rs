@@ -111,7 +111,10 @@ const KNOWN_KEYS: &[&str] = &[
 
 impl Settings {
     /// The built-in defaults, as a test's starting point.
-    #[allow(clippy::expect_used, reason = "the defaults are constants; a unit test parses them")]
+    #[allow(
+        clippy::expect_used,
+        reason = "the defaults are constants; a unit test parses them"
+    )]
     pub fn defaults() -> Self {
         Self::load(None, &HashMap::new()).expect("the built-in defaults are valid")
     }
