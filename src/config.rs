@@ -202,6 +202,19 @@ pub fn from_process() -> Result<CommandLine, ConfigError> {
     parse_command_line(&args, &env)
 }
 
+/// `STICKY_ROUTING_*` variables this service does not know, such as a typo
+/// like `STICKY_ROUTING_KEY_TLL`: worth a warning, since they change nothing.
+pub fn unknown_variables<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+    names
+        .into_iter()
+        .filter(|name| match name.strip_prefix(ENV_PREFIX) {
+            None => false,
+            Some(_) if *name == CONFIG_FILE_VAR || name.starts_with(OVERRIDE_PREFIX) => false,
+            Some(key) => !KNOWN_KEYS.contains(&key.to_ascii_lowercase().as_str()),
+        })
+        .collect()
+}
+
 /// Parses `[--config FILE] | --help | --version` and loads the settings.
 pub fn parse_command_line(
     args: &[String],
@@ -549,6 +562,18 @@ mod tests {
             parse_command_line(&args(&["--config", "/nonexistent/x.toml"]), &env(&[])).unwrap_err();
         assert!(err.to_string().contains("/nonexistent/x.toml"), "{err}");
         assert!(parse_command_line(&args(&["--bogus"]), &env(&[])).is_err());
+    }
+
+    #[test]
+    fn unknown_variables_are_found_and_known_ones_are_not() {
+        let names = [
+            "STICKY_ROUTING_KEY_TLL",
+            "STICKY_ROUTING_KEY_TTL",
+            "STICKY_ROUTING_CONFIG",
+            "STICKY_ROUTING_MAX_CUSTOMERS_m1",
+            "PATH",
+        ];
+        assert_eq!(unknown_variables(names), ["STICKY_ROUTING_KEY_TLL"]);
     }
 
     #[test]

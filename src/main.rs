@@ -20,6 +20,12 @@ async fn main() -> ExitCode {
         }
     };
     telemetry::init_logging();
+    let names: Vec<String> = std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .collect();
+    for name in config::unknown_variables(names.iter().map(String::as_str)) {
+        tracing::warn!(variable = name, "unknown configuration variable ignored");
+    }
     let app = match Application::build(*settings).await {
         Ok(app) => app,
         Err(error) => {

@@ -326,7 +326,7 @@ impl RedisStore {
             ..Options::default()
         };
         Ok(Call {
-            client: self.pool.next().with_options(&options),
+            client: self.pool.next_connected().with_options(&options),
             timeout,
             deadline_bound,
         })
