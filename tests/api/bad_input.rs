@@ -1,0 +1,377 @@
+//! Bad input: every malformed request (bad fields, undecodable or oversized
+//! messages) gets INVALID_ARGUMENT naming the field, or a size-limit code,
+//! and writes nothing; valid edge cases are accepted.
+
+use prost::Message;
+use prost::bytes::BufMut;
+use sticky_routing::transport::pb;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codegen::http::uri::PathAndQuery;
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+
+use crate::helpers::*;
+
+/// A valid RecordOutcome, for a case to spoil one field of.
+fn good(kind: pb::Outcome) -> pb::RecordOutcomeRequest {
+    outcome("m1", "c1", "GIGADAT", kind)
+}
+
+/// Merchant and customer ids that must be rejected, with a label.
+fn bad_ids() -> Vec<(&'static str, String)> {
+    vec![
+        ("empty", String::new()),
+        ("whitespace", " \t ".into()),
+        ("129 bytes", "x".repeat(129)),
+        ("NUL", "a\u{0}b".into()),
+        ("newline", "a\nb".into()),
+        ("DEL", "a\u{7f}b".into()),
+    ]
+}
+
+/// Payment methods and types that must be rejected.
+fn bad_methods() -> Vec<(&'static str, String)> {
+    vec![
+        ("empty", String::new()),
+        ("blank", "  ".into()),
+        ("colon", "inter:ac".into()),
+        ("65 bytes", "p".repeat(65)),
+    ]
+}
+
+/// True when `field` appears in `message` as a whole word, so that
+/// `payment_method` is not satisfied by `payment_method_type`.
+fn names(message: &str, field: &str) -> bool {
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    message.match_indices(field).any(|(at, _)| {
+        !message[..at].chars().next_back().is_some_and(word)
+            && !message[at + field.len()..].chars().next().is_some_and(word)
+    })
+}
+
+fn assert_invalid<T: std::fmt::Debug>(
+    result: Result<T, Status>,
+    field: &str,
+    case: &str,
+) -> Status {
+    let status = result.expect_err(&format!("{case}: accepted"));
+    assert_eq!(status.code(), Code::InvalidArgument, "{case}: {status:?}");
+    assert!(
+        names(status.message(), field),
+        "{case}: `{}` does not name {field}",
+        status.message()
+    );
+    status
+}
+
+async fn assert_nothing_written(app: &TestApp) {
+    assert_eq!(
+        app.keys().await,
+        Vec::<String>::new(),
+        "a bad request wrote to redis"
+    );
+}
+
+#[tokio::test]
+async fn bad_record_outcome_fields_are_rejected_by_name() {
+    let app = spawn_app().await;
+    // Each case runs as a success and as a gateway failure, with nothing
+    // arranged beforehand, so any write at all would show.
+    let mut cases: Vec<(String, String, pb::RecordOutcomeRequest)> = Vec::new();
+    let mut case = |label: String, field: &str, edit: &dyn Fn(&mut pb::RecordOutcomeRequest)| {
+        for kind in [pb::Outcome::Success, pb::Outcome::GatewayFailure] {
+            let mut request = good(kind);
+            edit(&mut request);
+            cases.push((format!("{label} ({kind:?})"), field.to_owned(), request));
+        }
+    };
+    for (label, id) in bad_ids() {
+        case(format!("merchant_id {label}"), "merchant_id", &|r| {
+            r.merchant_id = id.clone()
+        });
+        case(format!("customer_id {label}"), "customer_id", &|r| {
+            r.customer_id = id.clone()
+        });
+    }
+    for (label, value) in bad_methods() {
+        case(format!("payment_method {label}"), "payment_method", &|r| {
+            r.payment_method = value.clone()
+        });
+        case(
+            format!("payment_method_type {label}"),
+            "payment_method_type",
+            &|r| r.payment_method_type = value.clone(),
+        );
+    }
+    for (label, value) in [
+        ("empty", String::new()),
+        ("NUL", "GIGA\u{0}DAT".into()),
+        ("tab", "GIGA\tDAT".into()),
+        ("65 bytes", "c".repeat(65)),
+    ] {
+        case(format!("connector {label}"), "connector", &|r| {
+            r.connector = value.clone()
+        });
+    }
+    for (label, field, request) in cases {
+        assert_invalid(app.record(request).await, &field, &label);
+    }
+    for (value, case) in [
+        (0, "OUTCOME_UNSPECIFIED"),
+        (7, "unknown outcome 7"),
+        (-1, "unknown outcome -1"),
+    ] {
+        let mut request = good(pb::Outcome::Success);
+        request.outcome = value;
+        assert_invalid(app.record(request).await, "outcome", case);
+    }
+    assert_nothing_written(&app).await;
+}
+
+#[tokio::test]
+async fn a_field_over_64_bytes_is_rejected_even_when_each_part_fits() {
+    let app = spawn_app().await;
+    for kind in [pb::Outcome::Success, pb::Outcome::GatewayFailure] {
+        let mut request = good(kind);
+        // 30 + ':' + 30 + ':' + 10 = 72 bytes, every part within 64.
+        request.payment_method = "p".repeat(30);
+        request.payment_method_type = "t".repeat(30);
+        request.connector = "c".repeat(10);
+        let status = assert_invalid(app.record(request).await, "connector", "combined field");
+        for other in ["payment_method", "payment_method_type"] {
+            assert!(
+                names(status.message(), other),
+                "`{}` does not mention {other}",
+                status.message()
+            );
+        }
+    }
+    assert_nothing_written(&app).await;
+}
+
+#[tokio::test]
+async fn bad_get_pin_requests_are_rejected_by_name() {
+    let app = spawn_app().await;
+    let mut cases: Vec<(String, String, pb::GetPinRequest)> = Vec::new();
+    let mut case = |label: String, field: &str, edit: &dyn Fn(&mut pb::GetPinRequest)| {
+        let mut request = pin_request("c1", &[]);
+        edit(&mut request);
+        cases.push((label, field.to_owned(), request));
+    };
+    for (label, id) in bad_ids() {
+        case(format!("merchant_id {label}"), "merchant_id", &|r| {
+            r.merchant_id = id.clone()
+        });
+        case(format!("customer_id {label}"), "customer_id", &|r| {
+            r.customer_id = id.clone()
+        });
+    }
+    for (label, value) in bad_methods() {
+        case(format!("payment_method {label}"), "payment_method", &|r| {
+            r.payment_method = value.clone()
+        });
+        case(
+            format!("payment_method_type {label}"),
+            "payment_method_type",
+            &|r| r.payment_method_type = value.clone(),
+        );
+    }
+    case("65 eligible".into(), "eligible_connectors", &|r| {
+        r.eligible_connectors = vec!["GIGADAT".into(); 65]
+    });
+    case("empty entry".into(), "eligible_connectors[2]", &|r| {
+        r.eligible_connectors = vec!["A".into(), "B".into(), String::new()];
+    });
+    case("control entry".into(), "eligible_connectors[1]", &|r| {
+        r.eligible_connectors = vec!["A".into(), "B\nC".into()];
+    });
+    case("65-byte entry".into(), "eligible_connectors[0]", &|r| {
+        r.eligible_connectors = vec!["c".repeat(65)]
+    });
+    for (label, field, request) in cases {
+        assert_invalid(app.pin(request).await, &field, &label);
+    }
+    let many: Vec<String> = (0..64).map(|i| format!("C{i}")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let answer = app
+        .pin(pin_request("c1", &many))
+        .await
+        .expect("64 eligible connectors are accepted");
+    assert!(!answer.pinned);
+    assert_nothing_written(&app).await;
+}
+
+#[tokio::test]
+async fn bad_ids_are_rejected_by_get_habits_and_forget_customer() {
+    let app = spawn_app().await;
+    app.success("c1", "GIGADAT").await;
+    let before = app.keys().await;
+    for (label, id) in bad_ids() {
+        for (field, merchant, customer) in [
+            ("merchant_id", id.clone(), "c1".to_owned()),
+            ("customer_id", "m1".into(), id.clone()),
+        ] {
+            let habits = pb::GetHabitsRequest {
+                merchant_id: merchant.clone(),
+                customer_id: customer.clone(),
+            };
+            let result = app.api.clone().get_habits(habits).await;
+            assert_invalid(result, field, &format!("GetHabits {field} {label}"));
+            let forget = pb::ForgetCustomerRequest {
+                merchant_id: merchant,
+                customer_id: customer,
+            };
+            let result = app.api.clone().forget_customer(forget).await;
+            assert_invalid(result, field, &format!("ForgetCustomer {field} {label}"));
+        }
+    }
+    assert_eq!(app.keys().await, before, "a bad request changed redis");
+    assert!(
+        app.pin(pin_request("c1", &[])).await.unwrap().pinned,
+        "a bad forget deleted the customer"
+    );
+}
+
+#[tokio::test]
+async fn valid_edge_cases_are_accepted() {
+    let app = spawn_app().await;
+    let (long_merchant, long_customer) = ("m".repeat(128), "c".repeat(128));
+    let request = outcome(
+        &long_merchant,
+        &long_customer,
+        "GIGADAT",
+        pb::Outcome::Success,
+    );
+    assert_eq!(
+        app.record(request)
+            .await
+            .expect("128-byte ids are accepted")
+            .result,
+        APPLIED
+    );
+    let mut pin = pin_request(&long_customer, &[]);
+    pin.merchant_id = long_merchant;
+    assert_eq!(app.pin(pin).await.unwrap().connector, "GIGADAT");
+
+    // Ids are trimmed: " c1 " and "c1" are one customer, of merchant "m1".
+    let request = outcome(" m1\t", " c1 ", "GIGADAT", pb::Outcome::Success);
+    assert_eq!(app.record(request).await.unwrap().result, APPLIED);
+    let answer = app.pin(pin_request("c1", &[])).await.unwrap();
+    assert!(answer.pinned && answer.connector == "GIGADAT", "{answer:?}");
+    assert_eq!(app.success("c1", "GIGADAT").await.net_count, 2);
+
+    // A connector may hold ':'; the field splits at its first two colons.
+    assert_eq!(app.success("c2", "acme:eu:1").await.result, APPLIED);
+    let answer = app.pin(pin_request("c2", &["acme:eu:1"])).await.unwrap();
+    assert_eq!(
+        (answer.pinned, answer.connector.as_str()),
+        (true, "acme:eu:1")
+    );
+
+    // A field of exactly 64 bytes: 30 + ':' + 30 + ':' + 2.
+    let mut request = outcome("m1", "c3", "cc", pb::Outcome::Success);
+    request.payment_method = "p".repeat(30);
+    request.payment_method_type = "t".repeat(30);
+    assert_eq!(
+        app.record(request)
+            .await
+            .expect("a 64-byte field is accepted")
+            .result,
+        APPLIED
+    );
+}
+
+/// Sends a `Vec<u8>` verbatim as the message; decodes the answer with prost.
+#[derive(Clone, Copy, Default)]
+struct RawCodec;
+struct RawEncoder;
+struct RawDecoder;
+
+impl Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = pb::RecordOutcomeResponse;
+    type Encoder = RawEncoder;
+    type Decoder = RawDecoder;
+    fn encoder(&mut self) -> RawEncoder {
+        RawEncoder
+    }
+    fn decoder(&mut self) -> RawDecoder {
+        RawDecoder
+    }
+}
+
+impl Encoder for RawEncoder {
+    type Item = Vec<u8>;
+    type Error = Status;
+    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl Decoder for RawDecoder {
+    type Item = pb::RecordOutcomeResponse;
+    type Error = Status;
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Self::Item>, Status> {
+        Message::decode(src)
+            .map(Some)
+            .map_err(|e| Status::internal(format!("test decoder: {e}")))
+    }
+}
+
+async fn record_raw(app: &TestApp, body: Vec<u8>) -> Result<pb::RecordOutcomeResponse, Status> {
+    let channel = Channel::from_shared(format!("http://{}", app.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.expect("the channel is ready");
+    let path = PathAndQuery::from_static("/sticky_routing.v1.StickyRouting/RecordOutcome");
+    grpc.unary(tonic::Request::new(body), path, RawCodec)
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+#[tokio::test]
+async fn undecodable_messages_are_invalid_argument() {
+    let app = spawn_app().await;
+    let cases: [(&str, Vec<u8>); 3] = [
+        ("invalid UTF-8 in merchant_id", vec![0x0a, 0x02, 0xff, 0xfe]),
+        ("garbage", vec![0xff, 0xff, 0xff, 0xff]),
+        ("truncated field", vec![0x0a, 0x10, b'm']),
+    ];
+    for (case, body) in cases {
+        let status = record_raw(&app, body).await.expect_err(case);
+        assert_eq!(status.code(), Code::InvalidArgument, "{case}: {status:?}");
+    }
+    assert_nothing_written(&app).await;
+    // The raw path itself works: a well-formed message is applied.
+    let good = good(pb::Outcome::Success).encode_to_vec();
+    assert_eq!(
+        record_raw(&app, good)
+            .await
+            .expect("a valid raw message")
+            .result,
+        APPLIED
+    );
+}
+
+#[tokio::test]
+async fn a_message_over_the_size_limit_is_refused() {
+    let app = spawn_app().await;
+    let mut request = good(pb::Outcome::Success);
+    request.connector = "c".repeat(100_000);
+    let status = app
+        .api
+        .clone()
+        .max_encoding_message_size(1 << 20)
+        .record_outcome(request)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(status.code(), Code::ResourceExhausted | Code::OutOfRange),
+        "{status:?}"
+    );
+    assert_nothing_written(&app).await;
+}

@@ -1,0 +1,202 @@
+//! Shutdown and start-up of the real binary: SIGTERM drains in-flight calls
+//! and exits 0, bad configuration stops it at start naming the variables, and
+//! the in-process drain returns Ok.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use sticky_routing::transport::pb;
+use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
+use tokio::process::{Child, Command};
+use tonic::Code;
+use tonic::transport::Channel;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+use crate::helpers::*;
+
+/// The binary with a clean `STICKY_ROUTING_*` environment plus `vars`; the
+/// child is killed if the test drops it (a failed assertion).
+fn binary(vars: &[(&str, String)]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sticky-routing"));
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("STICKY_ROUTING_") {
+            command.env_remove(name);
+        }
+    }
+    command
+        .envs(vars.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+/// A running binary on free ports against `redis`, and a channel to it.
+async fn start_binary(redis: &RedisServer, extra: &[(&str, String)]) -> (Child, Channel) {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut vars = vec![
+        ("STICKY_ROUTING_LISTEN_ADDR", addr.clone()),
+        (
+            "STICKY_ROUTING_METRICS_ADDR",
+            format!("127.0.0.1:{}", free_port()),
+        ),
+        ("STICKY_ROUTING_REDIS_URL", redis.url()),
+        ("STICKY_ROUTING_REDIS_POOL_SIZE", "2".into()),
+    ];
+    vars.extend_from_slice(extra);
+    let child = binary(&vars)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the binary starts");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Ok(channel) = Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+        {
+            let mut health = HealthClient::new(channel.clone());
+            let serving = |service: &str| HealthCheckRequest {
+                service: service.into(),
+            };
+            let live = health
+                .check(serving(""))
+                .await
+                .map(|r| r.into_inner().status);
+            let ready = health
+                .check(serving("sticky_routing.v1.StickyRouting"))
+                .await
+                .map(|r| r.into_inner().status);
+            if live.is_ok_and(|s| s == ServingStatus::Serving as i32)
+                && ready.is_ok_and(|s| s == ServingStatus::Serving as i32)
+            {
+                return (child, channel);
+            }
+        }
+        assert!(Instant::now() < deadline, "the binary never became SERVING");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn sigterm(child: &Child) {
+    let pid = child.id().expect("the child is running").to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Waits for the child to exit and asserts code 0 within `within`.
+async fn assert_exits_cleanly(child: &mut Child, within: Duration) {
+    let status = tokio::time::timeout(within, child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("the process did not exit within {within:?} of SIGTERM"))
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+}
+
+#[tokio::test]
+async fn sigterm_stops_the_binary_with_exit_code_0() {
+    let redis = RedisServer::start();
+    let (mut child, channel) = start_binary(&redis, &[]).await;
+    let mut api = StickyRoutingClient::new(channel);
+    let recorded = api
+        .record_outcome(outcome("m1", "c1", "GIGADAT", pb::Outcome::Success))
+        .await
+        .unwrap();
+    assert_eq!(recorded.into_inner().result, APPLIED);
+    sigterm(&child);
+    assert_exits_cleanly(&mut child, Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn in_flight_calls_get_their_answer_before_the_process_exits() {
+    let redis = RedisServer::start();
+    let timeout = [("STICKY_ROUTING_REDIS_TIMEOUT", "1500ms".to_owned())];
+    let (mut child, channel) = start_binary(&redis, &timeout).await;
+    let mut api = StickyRoutingClient::new(channel);
+    redis.signal("-STOP");
+    let started = Instant::now();
+    let call = tokio::spawn(async move {
+        api.record_outcome(outcome("m1", "c1", "GIGADAT", pb::Outcome::Success))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    sigterm(&child);
+    let result = tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .expect("the call hung")
+        .unwrap();
+    let status = result.expect_err("redis is frozen: the call cannot succeed");
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(
+        status.message().contains("redis"),
+        "not the service's answer but a transport error: {status:?}"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(1_000),
+        "answered before the redis timeout: {status:?}"
+    );
+    assert_exits_cleanly(&mut child, Duration::from_secs(8)).await;
+    redis.signal("-CONT");
+}
+
+#[tokio::test]
+async fn bad_configuration_stops_the_binary_naming_each_variable() {
+    let vars = [
+        ("STICKY_ROUTING_KEY_TTL", "soon".to_owned()),
+        ("STICKY_ROUTING_MAX_COMBOS_PER_CUSTOMER", "0".to_owned()),
+        (
+            "STICKY_ROUTING_LISTEN_ADDR",
+            format!("127.0.0.1:{}", free_port()),
+        ),
+        (
+            "STICKY_ROUTING_METRICS_ADDR",
+            format!("127.0.0.1:{}", free_port()),
+        ),
+        (
+            "STICKY_ROUTING_REDIS_URL",
+            format!("redis://127.0.0.1:{}", free_port()),
+        ),
+    ];
+    let started = Instant::now();
+    let output = binary(&vars).output();
+    let output = tokio::time::timeout(Duration::from_secs(10), output)
+        .await
+        .expect("the binary hung")
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(!output.status.success(), "{:?}", output.status);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for name in [
+        "STICKY_ROUTING_KEY_TTL",
+        "STICKY_ROUTING_MAX_COMBOS_PER_CUSTOMER",
+    ] {
+        assert!(
+            stderr.contains(name),
+            "{name} missing from stderr:\n{stderr}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_in_process_drain_returns_ok() {
+    let mut app = spawn_app().await;
+    app.success("c1", "GIGADAT").await;
+    let stopped = tokio::time::timeout(Duration::from_secs(10), app.stop())
+        .await
+        .expect("stop hung");
+    assert!(stopped.is_ok(), "{stopped:?}");
+    assert!(
+        app.record(outcome("m1", "c2", "GIGADAT", pb::Outcome::Success))
+            .await
+            .is_err()
+    );
+}
