@@ -27,7 +27,12 @@ async fn no_hash_means_no_pin() {
 async fn the_highest_count_of_the_method_is_pinned() {
     let app = spawn_app().await;
     counts(&app, "c1", &[("GIGADAT", 3), ("LOONIO", 2)]).await;
-    let mut other = outcome("m1", "c1", "ADYEN", sticky_routing::transport::pb::Outcome::Success);
+    let mut other = outcome(
+        "m1",
+        "c1",
+        "ADYEN",
+        sticky_routing::transport::pb::Outcome::Success,
+    );
     other.payment_method = "card".into();
     for _ in 0..5 {
         app.record(other.clone()).await.unwrap();
@@ -70,7 +75,10 @@ async fn ties_with_a_list_go_to_the_connector_listed_first() {
 async fn the_list_restricts_candidates_exactly_and_case_sensitively() {
     let app = spawn_app().await;
     counts(&app, "c1", &[("GIGADAT", 5), ("LOONIO", 1)]).await;
-    let pin = app.pin(pin_request("c1", &["gigadat", "LOONIO"])).await.unwrap();
+    let pin = app
+        .pin(pin_request("c1", &["gigadat", "LOONIO"]))
+        .await
+        .unwrap();
     assert_eq!(ranked(&pin), [("LOONIO", 1)]);
     let pin = app.pin(pin_request("c1", &["PAYPAL"])).await.unwrap();
     assert!(!pin.pinned && pin.connector.is_empty());
@@ -80,7 +88,10 @@ async fn the_list_restricts_candidates_exactly_and_case_sensitively() {
 async fn counts_below_the_minimum_do_not_qualify() {
     let app = spawn_app_with(|s| s.rules.min_pin_count = 3).await;
     counts(&app, "c1", &[("GIGADAT", 2), ("LOONIO", 3)]).await;
-    assert_eq!(ranked(&app.pin(pin_request("c1", &[])).await.unwrap()), [("LOONIO", 3)]);
+    assert_eq!(
+        ranked(&app.pin(pin_request("c1", &[])).await.unwrap()),
+        [("LOONIO", 3)]
+    );
     app.failure("c1", "LOONIO").await;
     assert!(!app.pin(pin_request("c1", &[])).await.unwrap().pinned);
 }
@@ -97,12 +108,19 @@ async fn a_habit_failed_back_to_zero_is_no_longer_pinned() {
 async fn reading_never_changes_state() {
     let app = spawn_app().await;
     counts(&app, "c1", &[("GIGADAT", 2)]).await;
-    let _: () = app.inspect.expire("sticky_gw_m1_c1", 100, None).await.unwrap();
+    let _: () = app
+        .inspect
+        .expire("sticky_gw_m1_c1", 100, None)
+        .await
+        .unwrap();
     let before = app.keys().await;
     for _ in 0..3 {
         app.pin(pin_request("c1", &[])).await.unwrap();
         app.pin(pin_request("someone-else", &[])).await.unwrap();
     }
     assert_eq!(app.keys().await, before);
-    assert!(app.ttl("sticky_gw_m1_c1").await <= 100, "a read does not slide the TTL");
+    assert!(
+        app.ttl("sticky_gw_m1_c1").await <= 100,
+        "a read does not slide the TTL"
+    );
 }

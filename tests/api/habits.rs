@@ -5,7 +5,10 @@ use sticky_routing::transport::pb;
 use crate::helpers::*;
 
 fn habits_request(customer: &str) -> pb::GetHabitsRequest {
-    pb::GetHabitsRequest { merchant_id: "m1".into(), customer_id: customer.into() }
+    pb::GetHabitsRequest {
+        merchant_id: "m1".into(),
+        customer_id: customer.into(),
+    }
 }
 
 #[tokio::test]
@@ -19,11 +22,24 @@ async fn habits_come_highest_count_first_then_in_field_order() {
     card.payment_method_type = "debit".into();
     app.record(card).await.unwrap();
 
-    let reply = app.api.clone().get_habits(habits_request("c1")).await.unwrap().into_inner();
+    let reply = app
+        .api
+        .clone()
+        .get_habits(habits_request("c1"))
+        .await
+        .unwrap()
+        .into_inner();
     let habits: Vec<(&str, &str, &str, i64)> = reply
         .habits
         .iter()
-        .map(|h| (h.payment_method.as_str(), h.payment_method_type.as_str(), h.connector.as_str(), h.net_count))
+        .map(|h| {
+            (
+                h.payment_method.as_str(),
+                h.payment_method_type.as_str(),
+                h.connector.as_str(),
+                h.net_count,
+            )
+        })
         .collect();
     assert_eq!(
         habits,
@@ -41,7 +57,13 @@ async fn habits_come_highest_count_first_then_in_field_order() {
 #[tokio::test]
 async fn an_unknown_customer_has_no_habits_and_no_ttl() {
     let app = spawn_app().await;
-    let reply = app.api.clone().get_habits(habits_request("nobody")).await.unwrap().into_inner();
+    let reply = app
+        .api
+        .clone()
+        .get_habits(habits_request("nobody"))
+        .await
+        .unwrap()
+        .into_inner();
     assert!(reply.habits.is_empty());
     assert_eq!(reply.ttl_seconds, 0);
 }

@@ -29,7 +29,10 @@ impl RedisServer {
         for _ in 0..20 {
             let port = free_port();
             if let Some(child) = spawn_redis(port) {
-                return Self { child: Some(child), port };
+                return Self {
+                    child: Some(child),
+                    port,
+                };
             }
         }
         panic!("could not start redis-server on a free port (is redis-server installed?)");
@@ -65,7 +68,10 @@ impl RedisServer {
     /// connections but answers nothing, like a Redis stuck on a slow command.
     pub fn signal(&self, signal: &str) {
         let pid = self.child.as_ref().expect("redis is running").id();
-        let status = Command::new("kill").args([signal, &pid.to_string()]).status().unwrap();
+        let status = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .unwrap();
         assert!(status.success());
     }
 }
@@ -81,7 +87,16 @@ impl Drop for RedisServer {
 
 fn spawn_redis(port: u16) -> Option<Child> {
     let mut child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -97,11 +112,16 @@ fn spawn_redis(port: u16) -> Option<Child> {
         std::thread::sleep(Duration::from_millis(10));
     }
     let _ = child.kill();
+    let _ = child.wait();
     None
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A running service and everything a test needs to talk to it.
@@ -136,15 +156,23 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
     let redis = RedisServer::start();
     let mut settings = test_settings(&redis);
     configure(&mut settings);
-    let app = Application::build(settings.clone()).await.expect("the app builds");
+    let app = Application::build(settings.clone())
+        .await
+        .expect("the app builds");
     let addr = app.grpc_addr();
     let metrics_addr = app.metrics_addr();
     let (tx, rx) = oneshot::channel();
     let server = tokio::spawn(app.run_until_stopped(async {
         let _ = rx.await;
     }));
-    let channel = Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
-    let inspect = Builder::from_config(Config::from_url(&redis.url()).unwrap()).build().unwrap();
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let inspect = Builder::from_config(Config::from_url(&redis.url()).unwrap())
+        .build()
+        .unwrap();
     inspect.init().await.unwrap();
     let mut app = TestApp {
         addr,
@@ -167,17 +195,27 @@ impl TestApp {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let status = self.health_status("sticky_routing.v1.StickyRouting").await;
-            if (status == tonic_health::pb::health_check_response::ServingStatus::Serving as i32) == serving {
+            if (status == tonic_health::pb::health_check_response::ServingStatus::Serving as i32)
+                == serving
+            {
                 return;
             }
-            assert!(Instant::now() < deadline, "health never became serving={serving}");
+            assert!(
+                Instant::now() < deadline,
+                "health never became serving={serving}"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
     pub async fn health_status(&mut self, service: &str) -> i32 {
-        let request = tonic_health::pb::HealthCheckRequest { service: service.into() };
-        self.health.check(request).await.map_or(-1, |r| r.into_inner().status)
+        let request = tonic_health::pb::HealthCheckRequest {
+            service: service.into(),
+        };
+        self.health
+            .check(request)
+            .await
+            .map_or(-1, |r| r.into_inner().status)
     }
 
     /// Stops the service and waits for its drain to finish.
@@ -191,27 +229,51 @@ impl TestApp {
         }
     }
 
-    pub async fn record(&self, req: pb::RecordOutcomeRequest) -> Result<pb::RecordOutcomeResponse, tonic::Status> {
-        self.api.clone().record_outcome(req).await.map(tonic::Response::into_inner)
+    pub async fn record(
+        &self,
+        req: pb::RecordOutcomeRequest,
+    ) -> Result<pb::RecordOutcomeResponse, tonic::Status> {
+        self.api
+            .clone()
+            .record_outcome(req)
+            .await
+            .map(tonic::Response::into_inner)
     }
 
     pub async fn pin(&self, req: pb::GetPinRequest) -> Result<pb::GetPinResponse, tonic::Status> {
-        self.api.clone().get_pin(req).await.map(tonic::Response::into_inner)
+        self.api
+            .clone()
+            .get_pin(req)
+            .await
+            .map(tonic::Response::into_inner)
     }
 
     /// A success for `customer` of merchant `m1` with INTERAC/RTP.
     pub async fn success(&self, customer: &str, connector: &str) -> pb::RecordOutcomeResponse {
-        self.record(outcome("m1", customer, connector, pb::Outcome::Success)).await.unwrap()
+        self.record(outcome("m1", customer, connector, pb::Outcome::Success))
+            .await
+            .unwrap()
     }
 
     /// A gateway failure for `customer` of merchant `m1` with INTERAC/RTP.
     pub async fn failure(&self, customer: &str, connector: &str) -> pb::RecordOutcomeResponse {
-        self.record(outcome("m1", customer, connector, pb::Outcome::GatewayFailure)).await.unwrap()
+        self.record(outcome(
+            "m1",
+            customer,
+            connector,
+            pb::Outcome::GatewayFailure,
+        ))
+        .await
+        .unwrap()
     }
 
     /// Every key in this test's Redis.
     pub async fn keys(&self) -> Vec<String> {
-        let mut keys: Vec<String> = self.inspect.custom(fred::cmd!("KEYS"), vec!["*"]).await.unwrap();
+        let mut keys: Vec<String> = self
+            .inspect
+            .custom(fred::cmd!("KEYS"), vec!["*"])
+            .await
+            .unwrap();
         keys.sort();
         keys
     }
@@ -237,7 +299,12 @@ impl Drop for TestApp {
     }
 }
 
-pub fn outcome(merchant: &str, customer: &str, connector: &str, outcome: pb::Outcome) -> pb::RecordOutcomeRequest {
+pub fn outcome(
+    merchant: &str,
+    customer: &str,
+    connector: &str,
+    outcome: pb::Outcome,
+) -> pb::RecordOutcomeRequest {
     pb::RecordOutcomeRequest {
         merchant_id: merchant.into(),
         customer_id: customer.into(),
@@ -260,7 +327,10 @@ pub fn pin_request(customer: &str, eligible: &[&str]) -> pb::GetPinRequest {
 
 /// The (connector, count) pairs of a pin answer, best first.
 pub fn ranked(pin: &pb::GetPinResponse) -> Vec<(&str, i64)> {
-    pin.candidates.iter().map(|c| (c.connector.as_str(), c.net_count)).collect()
+    pin.candidates
+        .iter()
+        .map(|c| (c.connector.as_str(), c.net_count))
+        .collect()
 }
 
 pub const APPLIED: i32 = pb::RecordResult::Applied as i32;

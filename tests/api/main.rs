@@ -1,6 +1,9 @@
 //! Integration tests: the real service on port 0 against a real
 //! `redis-server`, called over gRPC. One binary, so it links once.
 
+// A failed expectation in a test should panic with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod admission;
 mod bad_input;
 mod concurrency;

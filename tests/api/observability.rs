@@ -2,15 +2,17 @@
 //! reflection for grpcurl and ghz.
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tonic_reflection::pb::v1::ServerReflectionRequest;
 use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
 use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
 use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
-use tonic_reflection::pb::v1::ServerReflectionRequest;
 
 use crate::helpers::*;
 
 async fn scrape(app: &TestApp) -> String {
-    let mut stream = tokio::net::TcpStream::connect(app.metrics_addr).await.unwrap();
+    let mut stream = tokio::net::TcpStream::connect(app.metrics_addr)
+        .await
+        .unwrap();
     stream
         .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         .await
@@ -31,8 +33,22 @@ async fn metrics_count_outcomes_prunes_and_latency() {
     app.success("c1", "A").await;
     app.success("c1", "B").await; // prunes A
     app.failure("c9", "A").await;
-    app.record(outcome("closed", "c1", "A", sticky_routing::transport::pb::Outcome::Success)).await.unwrap();
-    app.record(outcome("", "c1", "A", sticky_routing::transport::pb::Outcome::Success)).await.unwrap_err();
+    app.record(outcome(
+        "closed",
+        "c1",
+        "A",
+        sticky_routing::transport::pb::Outcome::Success,
+    ))
+    .await
+    .unwrap();
+    app.record(outcome(
+        "",
+        "c1",
+        "A",
+        sticky_routing::transport::pb::Outcome::Success,
+    ))
+    .await
+    .unwrap_err();
     app.pin(pin_request("c1", &[])).await.unwrap();
     app.pin(pin_request("c2", &[])).await.unwrap();
 
@@ -76,6 +92,9 @@ async fn reflection_lists_the_api_and_health() {
     };
     let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
     for service in ["sticky_routing.v1.StickyRouting", "grpc.health.v1.Health"] {
-        assert!(names.iter().any(|n| n == service), "{service} missing from {names:?}");
+        assert!(
+            names.iter().any(|n| n == service),
+            "{service} missing from {names:?}"
+        );
     }
 }

@@ -19,9 +19,15 @@ async fn hash(app: &TestApp, key: &str) -> Vec<(String, i64)> {
 async fn a_first_success_creates_the_spec_layout_with_a_ttl() {
     let app = spawn_app().await;
     let reply = app.success("c1", "GIGADAT").await;
-    assert_eq!((reply.result, reply.net_count, reply.pruned), (APPLIED, 1, 0));
+    assert_eq!(
+        (reply.result, reply.net_count, reply.pruned),
+        (APPLIED, 1, 0)
+    );
     assert_eq!(app.keys().await, ["sticky_adm_m1", KEY]);
-    assert_eq!(hash(&app, KEY).await, [("INTERAC:RTP:GIGADAT".to_string(), 1)]);
+    assert_eq!(
+        hash(&app, KEY).await,
+        [("INTERAC:RTP:GIGADAT".to_string(), 1)]
+    );
     let ttl = app.ttl(KEY).await;
     let key_ttl = app.settings.rules.key_ttl.as_secs() as i64;
     assert!(ttl > key_ttl - 5 && ttl <= key_ttl, "ttl {ttl}");
@@ -45,20 +51,47 @@ async fn payment_method_and_type_are_upper_cased_and_the_connector_kept() {
     req.payment_method = " Interac ".into();
     req.payment_method_type = "rTp".into();
     app.record(req).await.unwrap();
-    assert_eq!(hash(&app, KEY).await, [("INTERAC:RTP:Giga:Dat".to_string(), 1)]);
+    assert_eq!(
+        hash(&app, KEY).await,
+        [("INTERAC:RTP:Giga:Dat".to_string(), 1)]
+    );
 }
 
 #[tokio::test]
 async fn ids_with_underscores_and_reserved_characters_are_escaped() {
     let app = spawn_app().await;
-    app.record(outcome("merchant_123", "cus_abc", "X", pb::Outcome::Success)).await.unwrap();
-    app.record(outcome("merchant", "123_cus_abc", "X", pb::Outcome::Success)).await.unwrap();
-    app.record(outcome("m{1}", "c%1", "X", pb::Outcome::Success)).await.unwrap();
-    let customer_keys: Vec<String> =
-        app.keys().await.into_iter().filter(|k| k.starts_with("sticky_gw_")).collect();
+    app.record(outcome(
+        "merchant_123",
+        "cus_abc",
+        "X",
+        pb::Outcome::Success,
+    ))
+    .await
+    .unwrap();
+    app.record(outcome(
+        "merchant",
+        "123_cus_abc",
+        "X",
+        pb::Outcome::Success,
+    ))
+    .await
+    .unwrap();
+    app.record(outcome("m{1}", "c%1", "X", pb::Outcome::Success))
+        .await
+        .unwrap();
+    let customer_keys: Vec<String> = app
+        .keys()
+        .await
+        .into_iter()
+        .filter(|k| k.starts_with("sticky_gw_"))
+        .collect();
     assert_eq!(
         customer_keys,
-        ["sticky_gw_m%7B1%7D_c%251", "sticky_gw_merchant%5F123_cus_abc", "sticky_gw_merchant_123_cus_abc"]
+        [
+            "sticky_gw_m%7B1%7D_c%251",
+            "sticky_gw_merchant%5F123_cus_abc",
+            "sticky_gw_merchant_123_cus_abc"
+        ]
     );
 }
 
@@ -66,7 +99,10 @@ async fn ids_with_underscores_and_reserved_characters_are_escaped() {
 async fn a_failure_without_a_hash_writes_nothing() {
     let app = spawn_app().await;
     let reply = app.failure("c1", "GIGADAT").await;
-    assert_eq!((reply.result, reply.net_count, reply.pruned), (IGNORED_NO_HABIT, 0, 0));
+    assert_eq!(
+        (reply.result, reply.net_count, reply.pruned),
+        (IGNORED_NO_HABIT, 0, 0)
+    );
     assert!(app.keys().await.is_empty());
 }
 
@@ -77,7 +113,10 @@ async fn a_failure_on_an_absent_field_leaves_the_hash_and_its_ttl_alone() {
     let _: () = app.inspect.expire(KEY, 100, None).await.unwrap();
     let reply = app.failure("c1", "LOONIO").await;
     assert_eq!((reply.result, reply.net_count), (IGNORED_NO_HABIT, 0));
-    assert_eq!(hash(&app, KEY).await, [("INTERAC:RTP:GIGADAT".to_string(), 1)]);
+    assert_eq!(
+        hash(&app, KEY).await,
+        [("INTERAC:RTP:GIGADAT".to_string(), 1)]
+    );
     assert!(app.ttl(KEY).await <= 100, "the TTL was not touched");
 }
 
@@ -92,14 +131,25 @@ async fn failures_decrement_then_delete_at_zero() {
 
     let reply = app.failure("c1", "GIGADAT").await;
     assert_eq!((reply.result, reply.net_count), (APPLIED, 1));
-    assert!(app.ttl(KEY).await > 100, "a failure that leaves the hash re-arms its TTL");
+    assert!(
+        app.ttl(KEY).await > 100,
+        "a failure that leaves the hash re-arms its TTL"
+    );
 
     let reply = app.failure("c1", "GIGADAT").await;
     assert_eq!((reply.result, reply.net_count), (APPLIED, 0));
-    assert_eq!(hash(&app, KEY).await, [("INTERAC:RTP:LOONIO".to_string(), 1)], "0 is deleted");
+    assert_eq!(
+        hash(&app, KEY).await,
+        [("INTERAC:RTP:LOONIO".to_string(), 1)],
+        "0 is deleted"
+    );
 
     let reply = app.failure("c1", "GIGADAT").await;
-    assert_eq!((reply.result, reply.net_count), (IGNORED_NO_HABIT, 0), "absent stays absent");
+    assert_eq!(
+        (reply.result, reply.net_count),
+        (IGNORED_NO_HABIT, 0),
+        "absent stays absent"
+    );
 
     app.failure("c1", "LOONIO").await;
     let exists: i64 = app.inspect.exists(KEY).await.unwrap();
@@ -115,9 +165,15 @@ async fn the_cap_prunes_the_lowest_count_never_the_new_field() {
         }
     }
     let reply = app.success("c1", "NEW").await;
-    assert_eq!((reply.result, reply.net_count, reply.pruned), (APPLIED, 1, 1));
+    assert_eq!(
+        (reply.result, reply.net_count, reply.pruned),
+        (APPLIED, 1, 1)
+    );
     let fields: Vec<String> = hash(&app, KEY).await.into_iter().map(|(f, _)| f).collect();
-    assert_eq!(fields, ["INTERAC:RTP:A", "INTERAC:RTP:C", "INTERAC:RTP:NEW"]);
+    assert_eq!(
+        fields,
+        ["INTERAC:RTP:A", "INTERAC:RTP:C", "INTERAC:RTP:NEW"]
+    );
 }
 
 #[tokio::test]
@@ -130,25 +186,37 @@ async fn cap_ties_go_bytewise_smallest_first() {
     let reply = app.success("c1", "z").await;
     assert_eq!(reply.pruned, 1);
     let fields: Vec<String> = hash(&app, KEY).await.into_iter().map(|(f, _)| f).collect();
-    assert_eq!(fields, ["INTERAC:RTP:a", "INTERAC:RTP:b", "INTERAC:RTP:z"], "'B' < 'a' < 'b' bytewise");
+    assert_eq!(
+        fields,
+        ["INTERAC:RTP:a", "INTERAC:RTP:b", "INTERAC:RTP:z"],
+        "'B' < 'a' < 'b' bytewise"
+    );
 }
 
 #[tokio::test]
 async fn the_whole_excess_drains_after_the_cap_shrank() {
     let app = spawn_app_with(|s| s.rules.max_combos_per_customer = 2).await;
-    let fields: Vec<(String, String)> =
-        (1..=5).map(|n| (format!("INTERAC:RTP:K{n}"), n.to_string())).collect();
+    let fields: Vec<(String, String)> = (1..=5)
+        .map(|n| (format!("INTERAC:RTP:K{n}"), n.to_string()))
+        .collect();
     let _: () = app.inspect.hset(KEY, fields).await.unwrap();
     let _: () = app.inspect.expire(KEY, 1000, None).await.unwrap();
 
     let reply = app.success("c1", "K5").await;
-    assert_eq!((reply.net_count, reply.pruned), (6, 0), "an existing field never prunes");
+    assert_eq!(
+        (reply.net_count, reply.pruned),
+        (6, 0),
+        "an existing field never prunes"
+    );
 
     let reply = app.success("c1", "NEW").await;
     assert_eq!(reply.pruned, 4);
     assert_eq!(
         hash(&app, KEY).await,
-        [("INTERAC:RTP:K5".to_string(), 6), ("INTERAC:RTP:NEW".to_string(), 1)]
+        [
+            ("INTERAC:RTP:K5".to_string(), 6),
+            ("INTERAC:RTP:NEW".to_string(), 1)
+        ]
     );
 }
 
@@ -157,17 +225,36 @@ async fn forget_customer_deletes_the_hash() {
     let app = spawn_app().await;
     app.success("c1", "GIGADAT").await;
     let mut api = app.api.clone();
-    let forget = pb::ForgetCustomerRequest { merchant_id: "m1".into(), customer_id: "c1".into() };
-    assert!(api.forget_customer(forget.clone()).await.unwrap().into_inner().existed);
+    let forget = pb::ForgetCustomerRequest {
+        merchant_id: "m1".into(),
+        customer_id: "c1".into(),
+    };
+    assert!(
+        api.forget_customer(forget.clone())
+            .await
+            .unwrap()
+            .into_inner()
+            .existed
+    );
     assert!(!app.pin(pin_request("c1", &[])).await.unwrap().pinned);
-    assert!(!api.forget_customer(forget).await.unwrap().into_inner().existed);
+    assert!(
+        !api.forget_customer(forget)
+            .await
+            .unwrap()
+            .into_inner()
+            .existed
+    );
 }
 
 #[tokio::test]
 async fn scripts_survive_a_redis_that_forgot_them() {
     let app = spawn_app().await;
     app.success("c1", "GIGADAT").await;
-    let _: () = app.inspect.custom(fred::cmd!("SCRIPT"), vec!["FLUSH"]).await.unwrap();
+    let _: () = app
+        .inspect
+        .custom(fred::cmd!("SCRIPT"), vec!["FLUSH"])
+        .await
+        .unwrap();
     let reply = app.success("c1", "GIGADAT").await;
     assert_eq!((reply.result, reply.net_count), (APPLIED, 2));
     let reply = app.failure("c1", "GIGADAT").await;

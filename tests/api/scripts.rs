@@ -31,18 +31,28 @@ struct Harness {
 impl Harness {
     fn new() -> Self {
         let redis = RedisServer::start();
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         let settings: Settings = test_settings(&redis);
         let (store, inspect) = runtime.block_on(async {
             let store = RedisStore::connect(&settings.redis, &settings.rules).unwrap();
             assert!(store.wait_connected(Duration::from_secs(5)).await);
-            let inspect = fred::prelude::Builder::from_config(fred::prelude::Config::from_url(&redis.url()).unwrap())
-                .build()
-                .unwrap();
+            let inspect = fred::prelude::Builder::from_config(
+                fred::prelude::Config::from_url(&redis.url()).unwrap(),
+            )
+            .build()
+            .unwrap();
             fred::prelude::ClientLike::init(&inspect).await.unwrap();
             (store, inspect)
         });
-        Self { runtime, store, inspect, _redis: redis }
+        Self {
+            runtime,
+            store,
+            inspect,
+            _redis: redis,
+        }
     }
 
     fn hash(&self, key: &str) -> HashMap<String, i64> {
@@ -53,7 +63,10 @@ impl Harness {
         self.runtime.block_on(async {
             let _: () = self.inspect.del(key).await.unwrap();
             if !fields.is_empty() {
-                let pairs: Vec<(String, String)> = fields.iter().map(|(f, c)| (f.clone(), c.to_string())).collect();
+                let pairs: Vec<(String, String)> = fields
+                    .iter()
+                    .map(|(f, c)| (f.clone(), c.to_string()))
+                    .collect();
                 let _: () = self.inspect.hset(key, pairs).await.unwrap();
                 let _: () = self.inspect.expire(key, 1000, None).await.unwrap();
             }
@@ -72,28 +85,52 @@ fn field_name() -> impl Strategy<Value = String> {
 }
 
 fn runner() -> TestRunner {
-    TestRunner::new(ProptestConfig { cases: 48, ..ProptestConfig::default() })
+    TestRunner::new(ProptestConfig {
+        cases: 48,
+        ..ProptestConfig::default()
+    })
 }
 
 #[test]
 fn the_success_script_prunes_as_the_domain_does() {
     let h = Harness::new();
-    let inputs = (proptest::collection::hash_map(field_name(), 1i64..4, 0..10), field_name(), 1u32..8);
+    let inputs = (
+        proptest::collection::hash_map(field_name(), 1i64..4, 0..10),
+        field_name(),
+        1u32..8,
+    );
     runner()
         .run(&inputs, |(mut existing, new_field, cap)| {
             let key = "sticky_gw_prop_prune";
             existing.remove(&new_field);
             h.arrange(key, &existing);
 
-            let write = SuccessWrite { field: &new_field, ttl_secs: 100, cap, create: true };
-            let reply = h.runtime.block_on(h.store.write_success(key, write, deadline())).unwrap();
+            let write = SuccessWrite {
+                field: &new_field,
+                ttl_secs: 100,
+                cap,
+                create: true,
+            };
+            let reply = h
+                .runtime
+                .block_on(h.store.write_success(key, write, deadline()))
+                .unwrap();
 
             let mut after_write: Vec<(String, i64)> = existing.into_iter().collect();
             after_write.push((new_field.clone(), 1));
             let victims = fields_to_prune(&after_write, cap as usize, &new_field);
-            let expected: HashMap<String, i64> =
-                after_write.iter().filter(|(f, _)| !victims.contains(&f.as_str())).cloned().collect();
-            prop_assert_eq!(reply, Some(Recorded::Applied { net_count: 1, pruned: victims.len() as u32 }));
+            let expected: HashMap<String, i64> = after_write
+                .iter()
+                .filter(|(f, _)| !victims.contains(&f.as_str()))
+                .cloned()
+                .collect();
+            prop_assert_eq!(
+                reply,
+                Some(Recorded::Applied {
+                    net_count: 1,
+                    pruned: victims.len() as u32
+                })
+            );
             prop_assert_eq!(h.hash(key), expected);
             Ok(())
         })
@@ -107,14 +144,25 @@ fn the_failure_script_floors_as_the_domain_does() {
         .run(&(1i64..5, 0usize..3), |(count, others)| {
             let key = "sticky_gw_prop_failure";
             let field = "INTERAC:RTP:X".to_string();
-            let mut fields: HashMap<String, i64> = (0..others).map(|i| (format!("CARD:DEBIT:{i}"), 3)).collect();
+            let mut fields: HashMap<String, i64> = (0..others)
+                .map(|i| (format!("CARD:DEBIT:{i}"), 3))
+                .collect();
             fields.insert(field.clone(), count);
             h.arrange(key, &fields);
 
-            let reply = h.runtime.block_on(h.store.write_failure(key, &field, 100, deadline())).unwrap();
+            let reply = h
+                .runtime
+                .block_on(h.store.write_failure(key, &field, 100, deadline()))
+                .unwrap();
 
             let effect = after_failure(count);
-            prop_assert_eq!(reply, Recorded::Applied { net_count: effect.net_count(), pruned: 0 });
+            prop_assert_eq!(
+                reply,
+                Recorded::Applied {
+                    net_count: effect.net_count(),
+                    pruned: 0
+                }
+            );
             let stored = h.hash(key);
             prop_assert_eq!(stored.get(&field).copied().unwrap_or(0), effect.net_count());
             prop_assert_eq!(stored.len(), others + usize::from(effect.net_count() > 0));
@@ -135,7 +183,11 @@ fn the_admission_script_decides_as_the_domain_does() {
     runner()
         .run(&inputs, |(stored, now, window, budget)| {
             let key = "sticky_adm_prop";
-            let stored = stored.map(|(window, current, previous)| WindowCounters { window, current, previous });
+            let stored = stored.map(|(window, current, previous)| WindowCounters {
+                window,
+                current,
+                previous,
+            });
             let fields: HashMap<String, i64> = stored.map_or_else(HashMap::new, |s| {
                 HashMap::from([
                     ("w".into(), s.window),
@@ -145,8 +197,15 @@ fn the_admission_script_decides_as_the_domain_does() {
             });
             h.arrange(key, &fields);
 
-            let request = AdmissionRequest { now_ms: now, window_ms: window, budget };
-            let decision = h.runtime.block_on(h.store.admit(key, request, deadline())).unwrap();
+            let request = AdmissionRequest {
+                now_ms: now,
+                window_ms: window,
+                budget,
+            };
+            let decision = h
+                .runtime
+                .block_on(h.store.admit(key, request, deadline()))
+                .unwrap();
 
             let expected = decide(stored, now, window, budget);
             prop_assert_eq!(decision, expected);
