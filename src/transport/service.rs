@@ -43,19 +43,22 @@ impl StickyRoutingService {
         }
     }
 
-    /// Runs one handler body within the call's deadline and records its
-    /// latency. Whatever the store does, the answer leaves by the deadline.
-    async fn within_deadline<T, F>(
+    /// Runs one handler body with the request and its deadline, and records
+    /// the latency. Whatever the store does, the answer leaves by the deadline.
+    async fn handle<R, T, F, Fut>(
         &self,
         method: &'static str,
-        deadline: Instant,
+        request: Request<R>,
         body: F,
     ) -> Result<Response<T>, Status>
     where
-        F: Future<Output = Result<T, ApiError>>,
+        F: FnOnce(R, Instant) -> Fut,
+        Fut: Future<Output = Result<T, ApiError>>,
     {
         let started = Instant::now();
-        let result = match tokio::time::timeout_at(deadline.into(), body).await {
+        let deadline = deadline_of(request.metadata(), self.call_ceiling);
+        let work = body(request.into_inner(), deadline);
+        let result = match tokio::time::timeout_at(deadline.into(), work).await {
             Ok(result) => result,
             Err(_) => Err(ApiError::Storage(StorageError::DeadlineExceeded)),
         };
@@ -85,9 +88,7 @@ impl StickyRouting for StickyRoutingService {
         &self,
         request: Request<pb::RecordOutcomeRequest>,
     ) -> Result<Response<pb::RecordOutcomeResponse>, Status> {
-        let deadline = deadline_of(request.metadata(), self.call_ceiling);
-        let req = request.into_inner();
-        self.within_deadline("RecordOutcome", deadline, async {
+        self.handle("RecordOutcome", request, |req, deadline| async move {
             let result = async {
                 let cmd = convert::record_command(&req)?;
                 let recorded = match cmd.outcome {
@@ -129,9 +130,7 @@ impl StickyRouting for StickyRoutingService {
         &self,
         request: Request<pb::GetPinRequest>,
     ) -> Result<Response<pb::GetPinResponse>, Status> {
-        let deadline = deadline_of(request.metadata(), self.call_ceiling);
-        let req = request.into_inner();
-        self.within_deadline("GetPin", deadline, async {
+        self.handle("GetPin", request, |req, deadline| async move {
             let result = async {
                 let (merchant, customer, query) = convert::pin_query(&req, self.min_pin_count)?;
                 let fields = self
@@ -155,9 +154,7 @@ impl StickyRouting for StickyRoutingService {
         &self,
         request: Request<pb::GetHabitsRequest>,
     ) -> Result<Response<pb::GetHabitsResponse>, Status> {
-        let deadline = deadline_of(request.metadata(), self.call_ceiling);
-        let req = request.into_inner();
-        self.within_deadline("GetHabits", deadline, async {
+        self.handle("GetHabits", request, |req, deadline| async move {
             let (merchant, customer) = convert::customer_ref(&req.merchant_id, &req.customer_id)?;
             let (fields, ttl) = self
                 .store
@@ -172,9 +169,7 @@ impl StickyRouting for StickyRoutingService {
         &self,
         request: Request<pb::ForgetCustomerRequest>,
     ) -> Result<Response<pb::ForgetCustomerResponse>, Status> {
-        let deadline = deadline_of(request.metadata(), self.call_ceiling);
-        let req = request.into_inner();
-        self.within_deadline("ForgetCustomer", deadline, async {
+        self.handle("ForgetCustomer", request, |req, deadline| async move {
             let (merchant, customer) = convert::customer_ref(&req.merchant_id, &req.customer_id)?;
             let existed = self.store.forget(&merchant, &customer, deadline).await?;
             tracing::info!(merchant = merchant.as_str(), existed, "customer forgotten");

@@ -138,12 +138,7 @@ async fn concurrent_new_customers_never_exceed_the_budget() {
         }
     }
     assert_eq!((admitted.len(), refused), (10, 50));
-    let stored: BTreeSet<String> = app
-        .keys()
-        .await
-        .into_iter()
-        .filter(|k| k.starts_with("sticky_gw_"))
-        .collect();
+    let stored: BTreeSet<String> = app.customer_keys().await.into_iter().collect();
     assert_eq!(
         stored, admitted,
         "exactly the admitted customers have a hash"

@@ -39,6 +39,80 @@ fn bad_methods() -> Vec<(&'static str, String)> {
     ]
 }
 
+/// The id and payment-method cases both RecordOutcome and GetPin must
+/// reject: (label, field, bad value).
+fn shared_cases() -> Vec<(String, &'static str, String)> {
+    let mut cases = Vec::new();
+    for (label, value) in bad_ids() {
+        for field in ["merchant_id", "customer_id"] {
+            cases.push((format!("{field} {label}"), field, value.clone()));
+        }
+    }
+    for (label, value) in bad_methods() {
+        for field in ["payment_method", "payment_method_type"] {
+            cases.push((format!("{field} {label}"), field, value.clone()));
+        }
+    }
+    cases
+}
+
+/// The four fields RecordOutcome and GetPin requests share, in the order
+/// merchant_id, customer_id, payment_method, payment_method_type.
+trait SharedFields {
+    fn shared_fields(&mut self) -> [&mut String; 4];
+}
+
+impl SharedFields for pb::RecordOutcomeRequest {
+    fn shared_fields(&mut self) -> [&mut String; 4] {
+        let Self {
+            merchant_id,
+            customer_id,
+            payment_method,
+            payment_method_type,
+            ..
+        } = self;
+        [
+            merchant_id,
+            customer_id,
+            payment_method,
+            payment_method_type,
+        ]
+    }
+}
+
+impl SharedFields for pb::GetPinRequest {
+    fn shared_fields(&mut self) -> [&mut String; 4] {
+        let Self {
+            merchant_id,
+            customer_id,
+            payment_method,
+            payment_method_type,
+            ..
+        } = self;
+        [
+            merchant_id,
+            customer_id,
+            payment_method,
+            payment_method_type,
+        ]
+    }
+}
+
+/// The request field named `field`, from the four both RPCs share, in the
+/// order merchant_id, customer_id, payment_method, payment_method_type.
+fn pick<'r>(
+    field: &str,
+    [merchant, customer, method, method_type]: [&'r mut String; 4],
+) -> &'r mut String {
+    match field {
+        "merchant_id" => merchant,
+        "customer_id" => customer,
+        "payment_method" => method,
+        "payment_method_type" => method_type,
+        other => panic!("no shared field {other}"),
+    }
+}
+
 /// True when `field` appears in `message` as a whole word, so that
 /// `payment_method` is not satisfied by `payment_method_type`.
 fn names(message: &str, field: &str) -> bool {
@@ -85,23 +159,10 @@ async fn bad_record_outcome_fields_are_rejected_by_name() {
             cases.push((format!("{label} ({kind:?})"), field.to_owned(), request));
         }
     };
-    for (label, id) in bad_ids() {
-        case(format!("merchant_id {label}"), "merchant_id", &|r| {
-            r.merchant_id = id.clone()
+    for (label, field, value) in shared_cases() {
+        case(label, field, &|r| {
+            *pick(field, r.shared_fields()) = value.clone()
         });
-        case(format!("customer_id {label}"), "customer_id", &|r| {
-            r.customer_id = id.clone()
-        });
-    }
-    for (label, value) in bad_methods() {
-        case(format!("payment_method {label}"), "payment_method", &|r| {
-            r.payment_method = value.clone()
-        });
-        case(
-            format!("payment_method_type {label}"),
-            "payment_method_type",
-            &|r| r.payment_method_type = value.clone(),
-        );
     }
     for (label, value) in [
         ("empty", String::new()),
@@ -158,23 +219,10 @@ async fn bad_get_pin_requests_are_rejected_by_name() {
         edit(&mut request);
         cases.push((label, field.to_owned(), request));
     };
-    for (label, id) in bad_ids() {
-        case(format!("merchant_id {label}"), "merchant_id", &|r| {
-            r.merchant_id = id.clone()
+    for (label, field, value) in shared_cases() {
+        case(label, field, &|r| {
+            *pick(field, r.shared_fields()) = value.clone()
         });
-        case(format!("customer_id {label}"), "customer_id", &|r| {
-            r.customer_id = id.clone()
-        });
-    }
-    for (label, value) in bad_methods() {
-        case(format!("payment_method {label}"), "payment_method", &|r| {
-            r.payment_method = value.clone()
-        });
-        case(
-            format!("payment_method_type {label}"),
-            "payment_method_type",
-            &|r| r.payment_method_type = value.clone(),
-        );
     }
     case("65 eligible".into(), "eligible_connectors", &|r| {
         r.eligible_connectors = vec!["GIGADAT".into(); 65]

@@ -278,6 +278,13 @@ impl TestApp {
         keys
     }
 
+    /// The customer hashes (`sticky_gw_*`) in this test's Redis.
+    pub async fn customer_keys(&self) -> Vec<String> {
+        let mut keys = self.keys().await;
+        keys.retain(|k| k.starts_with("sticky_gw_"));
+        keys
+    }
+
     pub async fn ttl(&self, key: &str) -> i64 {
         self.inspect.ttl(key).await.unwrap()
     }
