@@ -62,41 +62,18 @@ trait SharedFields {
     fn shared_fields(&mut self) -> [&mut String; 4];
 }
 
-impl SharedFields for pb::RecordOutcomeRequest {
-    fn shared_fields(&mut self) -> [&mut String; 4] {
-        let Self {
-            merchant_id,
-            customer_id,
-            payment_method,
-            payment_method_type,
-            ..
-        } = self;
-        [
-            merchant_id,
-            customer_id,
-            payment_method,
-            payment_method_type,
-        ]
-    }
+macro_rules! shared_fields {
+    ($($request:ty),*) => {$(
+        impl SharedFields for $request {
+            fn shared_fields(&mut self) -> [&mut String; 4] {
+                let Self { merchant_id, customer_id, payment_method, payment_method_type, .. } = self;
+                [merchant_id, customer_id, payment_method, payment_method_type]
+            }
+        }
+    )*};
 }
 
-impl SharedFields for pb::GetPinRequest {
-    fn shared_fields(&mut self) -> [&mut String; 4] {
-        let Self {
-            merchant_id,
-            customer_id,
-            payment_method,
-            payment_method_type,
-            ..
-        } = self;
-        [
-            merchant_id,
-            customer_id,
-            payment_method,
-            payment_method_type,
-        ]
-    }
-}
+shared_fields!(pb::RecordOutcomeRequest, pb::GetPinRequest);
 
 /// The request field named `field`, from the four both RPCs share, in the
 /// order merchant_id, customer_id, payment_method, payment_method_type.
