@@ -172,3 +172,49 @@ async fn a_frozen_redis_never_hangs_a_call_nor_answers_a_pin() {
     };
     assert_eq!(answer.connector, "GIGADAT");
 }
+
+#[tokio::test]
+async fn the_service_starts_without_redis_and_becomes_ready_when_it_comes() {
+    let mut redis = RedisServer::start();
+    redis.stop();
+    let app = sticky_routing::startup::Application::build(test_settings(&redis))
+        .await
+        .expect("start-up does not need redis");
+    let addr = app.grpc_addr();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(app.run_until_stopped(async {
+        let _ = stopped.await;
+    }));
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+    let status = |service: &'static str| {
+        let request = tonic_health::pb::HealthCheckRequest {
+            service: service.into(),
+        };
+        let mut health = health.clone();
+        async move { health.check(request).await.unwrap().into_inner().status }
+    };
+    assert_eq!(status("").await, SERVING, "liveness without redis");
+    assert_eq!(status(API).await, NOT_SERVING);
+    let mut api = pb::sticky_routing_client::StickyRoutingClient::new(channel);
+    let refused = api.get_pin(pin_request("c1", &[])).await.unwrap_err();
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+
+    redis.restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while status(API).await != SERVING {
+        assert!(Instant::now() < deadline, "never became ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let reply = api
+        .record_outcome(outcome("m1", "c1", "GIGADAT", pb::Outcome::Success))
+        .await
+        .unwrap();
+    assert_eq!(reply.into_inner().result, APPLIED);
+    let _ = stop.send(());
+    server.await.unwrap().unwrap();
+}
