@@ -68,7 +68,11 @@ impl Application {
         let (grpc_listener, grpc_addr) = bind(settings.listen_addr).await?;
         let (metrics_listener, metrics_addr) = bind(settings.metrics_addr).await?;
         let store = RedisStore::connect(&settings.redis, &settings.rules)?;
-        if !store.wait_connected(REDIS_CONNECT_WAIT).await {
+        if store.wait_connected(REDIS_CONNECT_WAIT).await {
+            if let Err(error) = store.preload_scripts().await {
+                tracing::warn!(%error, "could not preload the Lua scripts; the first calls will load them");
+            }
+        } else {
             tracing::warn!(
                 redis = %redact_url(&settings.redis.url),
                 "redis is not reachable yet; serving anyway, with {API_SERVICE} NOT_SERVING until it is"

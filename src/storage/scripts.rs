@@ -45,6 +45,14 @@ impl LuaScript {
     }
 }
 
+impl LuaScript {
+    /// Caches the script on the server (SCRIPT LOAD), so the first call does
+    /// not pay the NOSCRIPT round trip.
+    pub async fn load(&self, client: &Client) -> Result<(), Error> {
+        self.script.load(client).await
+    }
+}
+
 /// The service's scripts.
 pub struct Scripts {
     pub record_success: LuaScript,
@@ -59,6 +67,12 @@ impl Scripts {
             record_failure: LuaScript::new(include_str!("scripts/record_failure.lua")),
             admit: LuaScript::new(include_str!("scripts/admit.lua")),
         }
+    }
+}
+
+impl Scripts {
+    pub fn all(&self) -> [&LuaScript; 3] {
+        [&self.record_success, &self.record_failure, &self.admit]
     }
 }
 

@@ -98,6 +98,19 @@ impl RedisStore {
             .is_ok_and(|r| r.is_ok())
     }
 
+    /// Caches the scripts on the server ahead of the first call. Best effort:
+    /// a Redis that forgets them later is handled by the NOSCRIPT fallback.
+    pub async fn preload_scripts(&self) -> Result<(), StorageError> {
+        let client = self.pool.next_connected();
+        for script in self.scripts.all() {
+            script
+                .load(client)
+                .await
+                .map_err(|e| StorageError::Unavailable(e.to_string()))?;
+        }
+        Ok(())
+    }
+
     /// Closes the pool's connections.
     pub async fn quit(&self) {
         let _ = self.pool.quit().await;

@@ -124,3 +124,15 @@ async fn reading_never_changes_state() {
         "a read does not slide the TTL"
     );
 }
+
+#[tokio::test]
+async fn a_pin_costs_one_hgetall() {
+    let app = spawn_app().await;
+    counts(&app, "c1", &[("GIGADAT", 1)]).await;
+    let before = app.command_calls().await;
+    app.pin(pin_request("c1", &["GIGADAT"])).await.unwrap();
+    assert_eq!(
+        app.commands_since(&before).await,
+        [("hgetall".to_string(), 1)]
+    );
+}

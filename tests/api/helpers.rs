@@ -124,6 +124,10 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// The commands the service sends; everything else Redis counts ran inside
+/// a script or came from the test.
+const CLIENT_COMMANDS: &[&str] = &["eval", "evalsha", "hgetall", "ttl", "del", "script"];
+
 /// A running service and everything a test needs to talk to it.
 pub struct TestApp {
     pub addr: SocketAddr,
@@ -276,6 +280,46 @@ impl TestApp {
             .unwrap();
         keys.sort();
         keys
+    }
+
+    /// Calls per command from `INFO commandstats`, for the commands a client
+    /// of Redis sends this service uses (commands run inside scripts are
+    /// counted by Redis too, and health checks and inspection are noise).
+    pub async fn command_calls(&self) -> std::collections::BTreeMap<String, u64> {
+        let info: String = self
+            .inspect
+            .custom(fred::cmd!("INFO"), vec!["commandstats"])
+            .await
+            .unwrap();
+        info.lines()
+            .filter_map(|line| {
+                let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+                let calls = stats
+                    .strip_prefix("calls=")?
+                    .split(',')
+                    .next()?
+                    .parse()
+                    .ok()?;
+                CLIENT_COMMANDS
+                    .contains(&name)
+                    .then(|| (name.to_owned(), calls))
+            })
+            .collect()
+    }
+
+    /// The commands Redis ran between two `command_calls` snapshots.
+    pub async fn commands_since(
+        &self,
+        before: &std::collections::BTreeMap<String, u64>,
+    ) -> Vec<(String, u64)> {
+        let after = self.command_calls().await;
+        after
+            .into_iter()
+            .filter_map(|(name, calls)| {
+                let delta = calls - before.get(&name).copied().unwrap_or(0);
+                (delta > 0).then_some((name, delta))
+            })
+            .collect()
     }
 
     /// The customer hashes (`sticky_gw_*`) in this test's Redis.

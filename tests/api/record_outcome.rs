@@ -254,3 +254,32 @@ async fn scripts_survive_a_redis_that_forgot_them() {
     let reply = app.failure("c1", "GIGADAT").await;
     assert_eq!((reply.result, reply.net_count), (APPLIED, 1));
 }
+
+#[tokio::test]
+async fn an_existing_customer_costs_one_redis_command_per_outcome() {
+    let app = spawn_app().await;
+    app.success("c1", "GIGADAT").await;
+    let before = app.command_calls().await;
+    app.success("c1", "GIGADAT").await;
+    assert_eq!(
+        app.commands_since(&before).await,
+        [("evalsha".to_string(), 1)]
+    );
+    let before = app.command_calls().await;
+    app.failure("c1", "GIGADAT").await;
+    assert_eq!(
+        app.commands_since(&before).await,
+        [("evalsha".to_string(), 1)]
+    );
+}
+
+#[tokio::test]
+async fn a_new_customer_passes_admission_first() {
+    let app = spawn_app().await;
+    let before = app.command_calls().await;
+    app.success("c1", "GIGADAT").await;
+    assert_eq!(
+        app.commands_since(&before).await,
+        [("evalsha".to_string(), 3)]
+    );
+}
