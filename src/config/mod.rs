@@ -1,0 +1,318 @@
+//! Settings, parsed once at start-up into typed structs.
+//!
+//! Layers, later winning: built-in defaults, then an optional TOML file
+//! (`--config FILE` or `STICKY_ROUTING_CONFIG`), then `STICKY_ROUTING_*`
+//! environment variables. Every bad value is collected and reported at once,
+//! named by its variable, so an operator fixes a deployment in one round.
+//!
+//! The environment is passed in as a map, so tests never touch the process
+//! environment.
+
+mod check;
+mod cli;
+mod sources;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use cli::{CommandLine, from_process, parse_command_line};
+
+use crate::domain::admission::Budgets;
+use sources::RawValues;
+
+const ENV_PREFIX: &str = "STICKY_ROUTING_";
+const OVERRIDE_PREFIX: &str = "STICKY_ROUTING_MAX_CUSTOMERS_";
+/// The variable that names the TOML file when `--config` is not given.
+pub const CONFIG_FILE_VAR: &str = "STICKY_ROUTING_CONFIG";
+
+/// Everything the service needs to start.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub listen_addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
+    pub redis: RedisSettings,
+    pub rules: RuleSettings,
+    /// How long in-flight calls may take to finish after SIGTERM.
+    pub shutdown_grace: Duration,
+    /// In-flight calls beyond this are shed with `RESOURCE_EXHAUSTED`.
+    pub max_in_flight_per_connection: usize,
+}
+
+/// How to reach Redis.
+#[derive(Clone)]
+pub struct RedisSettings {
+    pub url: String,
+    pub pool_size: usize,
+    /// Upper bound for one Redis call; the caller's deadline may shorten it.
+    pub command_timeout: Duration,
+}
+
+/// The URL may hold a password: keep it out of `{:?}`.
+impl std::fmt::Debug for RedisSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisSettings")
+            .field("url", &redact_url(&self.url))
+            .field("pool_size", &self.pool_size)
+            .field("command_timeout", &self.command_timeout)
+            .finish()
+    }
+}
+
+/// The contract's tunables.
+#[derive(Debug, Clone)]
+pub struct RuleSettings {
+    /// Sliding TTL of every customer hash, re-armed on each write.
+    pub key_ttl: Duration,
+    pub max_combos_per_customer: u32,
+    pub admission_window: Duration,
+    pub budgets: Budgets,
+    pub min_pin_count: i64,
+}
+
+/// Every problem found in the configuration, one per line.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration:\n  {}", .problems.join("\n  "))]
+pub struct ConfigError {
+    pub problems: Vec<String>,
+}
+
+/// The keys that may appear in the file and, upper-cased, after the prefix.
+const KNOWN_KEYS: &[&str] = &[
+    "listen_addr",
+    "metrics_addr",
+    "redis_url",
+    "redis_pool_size",
+    "redis_timeout",
+    "key_ttl",
+    "max_combos_per_customer",
+    "max_customers",
+    "admission_window",
+    "min_pin_count",
+    "shutdown_grace",
+    "max_in_flight_per_connection",
+];
+
+impl Settings {
+    /// The built-in defaults, as a test's starting point.
+    #[allow(
+        clippy::expect_used,
+        reason = "the defaults are constants; a unit test parses them"
+    )]
+    pub fn defaults() -> Self {
+        Self::load(None, &HashMap::new()).expect("the built-in defaults are valid")
+    }
+
+    /// Loads the layers: defaults, then `config_file` (or the file named by
+    /// `STICKY_ROUTING_CONFIG` in `env`), then `env`.
+    pub fn load(
+        config_file: Option<&Path>,
+        env: &HashMap<String, String>,
+    ) -> Result<Self, ConfigError> {
+        let file = config_file
+            .map(Path::to_path_buf)
+            .or_else(|| env.get(CONFIG_FILE_VAR).map(PathBuf::from));
+        check::check(RawValues::collect(file.as_deref(), env))
+    }
+}
+
+/// `STICKY_ROUTING_*` variables this service does not know, such as a typo
+/// like `STICKY_ROUTING_KEY_TLL`: worth a warning, since they change nothing.
+pub fn unknown_variables<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+    names
+        .into_iter()
+        .filter(|name| match name.strip_prefix(ENV_PREFIX) {
+            None => false,
+            Some(_) if *name == CONFIG_FILE_VAR || name.starts_with(OVERRIDE_PREFIX) => false,
+            Some(key) => !KNOWN_KEYS.contains(&key.to_ascii_lowercase().as_str()),
+        })
+        .collect()
+}
+
+/// `redis://user:secret@host` → `redis://user:***@host`, for logs.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes a file under a per-process temporary folder.
+    fn temp_file(name: &str, contents: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("sticky-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, contents).unwrap();
+        path
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_match_the_spec() {
+        let s = Settings::defaults();
+        assert_eq!(s.listen_addr, "0.0.0.0:50051".parse().unwrap());
+        assert_eq!(s.metrics_addr, "0.0.0.0:9464".parse().unwrap());
+        assert_eq!(s.redis.url, "redis://127.0.0.1:6379");
+        assert_eq!(
+            s.redis.pool_size,
+            std::thread::available_parallelism().unwrap().get()
+        );
+        assert_eq!(s.rules.key_ttl, Duration::from_secs(90 * 86_400));
+        assert_eq!(s.rules.admission_window, s.rules.key_ttl);
+        assert_eq!(s.rules.max_combos_per_customer, 30);
+        assert_eq!(s.rules.budgets.default, 1_000_000);
+        assert_eq!(s.rules.min_pin_count, 1);
+    }
+
+    #[test]
+    fn environment_values_are_typed() {
+        let s = Settings::load(
+            None,
+            &env(&[
+                ("STICKY_ROUTING_KEY_TTL", "12h"),
+                ("STICKY_ROUTING_ADMISSION_WINDOW", "3600"),
+                ("STICKY_ROUTING_MAX_CUSTOMERS", "7"),
+                ("STICKY_ROUTING_MAX_CUSTOMERS_Merchant_1", "0"),
+                ("STICKY_ROUTING_MIN_PIN_COUNT", "3"),
+                ("STICKY_ROUTING_REDIS_POOL_SIZE", "4"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.rules.key_ttl, Duration::from_secs(12 * 3600));
+        assert_eq!(s.rules.admission_window, Duration::from_secs(3600));
+        assert_eq!(s.rules.budgets.default, 7);
+        assert_eq!(s.rules.budgets.overrides["Merchant_1"], 0);
+        assert_eq!(s.rules.min_pin_count, 3);
+        assert_eq!(s.redis.pool_size, 4);
+    }
+
+    #[test]
+    fn every_bad_value_is_reported_by_name_at_once() {
+        let err = Settings::load(
+            None,
+            &env(&[
+                ("STICKY_ROUTING_KEY_TTL", "soon"),
+                ("STICKY_ROUTING_LISTEN_ADDR", "nowhere"),
+                ("STICKY_ROUTING_MAX_COMBOS_PER_CUSTOMER", "0"),
+                ("STICKY_ROUTING_MAX_CUSTOMERS_m1", "-1"),
+                ("STICKY_ROUTING_REDIS_URL", "http://x"),
+                ("STICKY_ROUTING_MIN_PIN_COUNT", "0"),
+            ]),
+        )
+        .unwrap_err();
+        let text = err.to_string();
+        for name in [
+            "STICKY_ROUTING_KEY_TTL",
+            "STICKY_ROUTING_LISTEN_ADDR",
+            "STICKY_ROUTING_MAX_COMBOS_PER_CUSTOMER",
+            "STICKY_ROUTING_MAX_CUSTOMERS_m1",
+            "STICKY_ROUTING_REDIS_URL",
+            "STICKY_ROUTING_MIN_PIN_COUNT",
+        ] {
+            assert!(text.contains(name), "{name} missing from:\n{text}");
+        }
+        assert_eq!(err.problems.len(), 6, "{text}");
+    }
+
+    #[test]
+    fn the_file_sits_between_defaults_and_environment() {
+        let path = temp_file(
+            "layers.toml",
+            "key_ttl = \"2d\"\nmax_combos_per_customer = 5\n[max_customers_overrides]\nBig_Merchant = 99\n",
+        );
+        let s = Settings::load(
+            Some(&path),
+            &env(&[("STICKY_ROUTING_MAX_COMBOS_PER_CUSTOMER", "6")]),
+        )
+        .unwrap();
+        assert_eq!(s.rules.key_ttl, Duration::from_secs(2 * 86_400));
+        assert_eq!(s.rules.max_combos_per_customer, 6);
+        assert_eq!(s.rules.budgets.overrides["Big_Merchant"], 99);
+        let via_env =
+            Settings::load(None, &env(&[(CONFIG_FILE_VAR, path.to_str().unwrap())])).unwrap();
+        assert_eq!(via_env.rules.max_combos_per_customer, 5);
+    }
+
+    #[test]
+    fn the_command_line_takes_a_config_file_help_and_version() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(
+            matches!(parse_command_line(&args(&["--help"]), &env(&[])), Ok(CommandLine::Exit(t)) if t.contains("STICKY_ROUTING_KEY_TTL"))
+        );
+        assert!(matches!(
+            parse_command_line(&args(&[]), &env(&[])),
+            Ok(CommandLine::Run(_))
+        ));
+        let err =
+            parse_command_line(&args(&["--config", "/nonexistent/x.toml"]), &env(&[])).unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/x.toml"), "{err}");
+        assert!(parse_command_line(&args(&["--bogus"]), &env(&[])).is_err());
+    }
+
+    #[test]
+    fn unknown_variables_are_found_and_known_ones_are_not() {
+        let names = [
+            "STICKY_ROUTING_KEY_TLL",
+            "STICKY_ROUTING_KEY_TTL",
+            "STICKY_ROUTING_CONFIG",
+            "STICKY_ROUTING_MAX_CUSTOMERS_m1",
+            "PATH",
+        ];
+        assert_eq!(unknown_variables(names), ["STICKY_ROUTING_KEY_TLL"]);
+    }
+
+    #[test]
+    fn file_keys_may_take_the_variable_names_and_keep_merchant_case() {
+        let path = temp_file(
+            "env-style.toml",
+            "STICKY_ROUTING_KEY_TTL = \"3h\"\nMAX_COMBOS_PER_CUSTOMER = 4\nSTICKY_ROUTING_MAX_CUSTOMERS_Shop_A = 7\n",
+        );
+        let s = Settings::load(Some(&path), &env(&[])).unwrap();
+        assert_eq!(s.rules.key_ttl, Duration::from_secs(3 * 3600));
+        assert_eq!(s.rules.max_combos_per_customer, 4);
+        assert_eq!(s.rules.budgets.overrides["Shop_A"], 7);
+    }
+
+    #[test]
+    fn unknown_file_keys_and_bad_file_values_are_reported_with_the_file() {
+        let path = temp_file("typo.toml", "key_tll = \"3h\"\nkey_ttl = \"soon\"\n");
+        let text = Settings::load(Some(&path), &env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(text.contains("unknown setting `key_tll`"), "{text}");
+        assert!(
+            text.contains("STICKY_ROUTING_KEY_TTL (key_ttl in"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact_url("redis://u:hunter2@h:6379"),
+            "redis://u:***@h:6379"
+        );
+        assert_eq!(redact_url("redis://h:6379"), "redis://h:6379");
+        let s = Settings::load(
+            None,
+            &env(&[("STICKY_ROUTING_REDIS_URL", "redis://:hunter2@h:1")]),
+        )
+        .unwrap();
+        assert!(!format!("{s:?}").contains("hunter2"));
+    }
+}
