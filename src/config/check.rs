@@ -116,9 +116,16 @@ impl Checker {
     }
 }
 
+/// `host:port`, where host is an IP address or a name resolved at start-up
+/// (`localhost:50051`).
 fn parse_addr(text: &str) -> Result<SocketAddr, String> {
-    text.parse()
-        .map_err(|_| format!("`{text}` is not a socket address such as 0.0.0.0:50051"))
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    std::net::ToSocketAddrs::to_socket_addrs(text)
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .ok_or_else(|| format!("`{text}` is not a host:port address such as 0.0.0.0:50051"))
 }
 
 fn parse_redis_url(text: &str) -> Result<String, String> {
@@ -174,6 +181,14 @@ fn parse_whole_seconds(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn addresses_take_ips_and_host_names() {
+        assert_eq!(parse_addr("[::]:50051").unwrap().port(), 50051);
+        assert!(parse_addr("localhost:9464").unwrap().ip().is_loopback());
+        assert!(parse_addr("nowhere").is_err());
+        assert!(parse_addr("0.0.0.0:99999").is_err());
+    }
 
     #[test]
     fn durations_take_seconds_or_units() {
