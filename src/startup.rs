@@ -105,18 +105,10 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), StartupError> {
-        let Self {
-            settings,
-            grpc_listener,
-            grpc_addr,
-            metrics_listener,
-            metrics_addr,
-            store,
-            metrics,
-        } = self;
+        let (settings, store, metrics) = (self.settings, self.store, self.metrics);
         tracing::info!(
-            grpc = %grpc_addr,
-            metrics = %metrics_addr,
+            grpc = %self.grpc_addr,
+            metrics = %self.metrics_addr,
             redis = %redact_url(&settings.redis.url),
             "sticky-routing serving"
         );
@@ -133,16 +125,16 @@ impl Application {
             stop_rx.clone(),
         ));
 
-        let reflection_v1 = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1()
-            .map_err(|e| StartupError::Reflection(e.to_string()))?;
-        let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1alpha()
-            .map_err(|e| StartupError::Reflection(e.to_string()))?;
+        // Both reflection versions: grpcurl asks for v1, older ghz for v1alpha.
+        let reflection = || {
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        };
+        let reflection_error =
+            |e: tonic_reflection::server::Error| StartupError::Reflection(e.to_string());
+        let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
+        let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
 
         // A call may make three Redis calls (a new customer's success).
         let call_ceiling = settings.redis.command_timeout * 4;
@@ -161,7 +153,7 @@ impl Application {
             }
         };
         let metrics_server = tokio::spawn(crate::telemetry::serve_metrics(
-            metrics_listener,
+            self.metrics_listener,
             metrics,
             metrics_stop,
         ));
@@ -180,7 +172,7 @@ impl Application {
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
             .add_service(api)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), async {
+            .serve_with_incoming_shutdown(TcpListenerStream::new(self.grpc_listener), async {
                 let _ = drain_rx.await;
             });
         tokio::pin!(server);

@@ -9,7 +9,7 @@ use fred::interfaces::{ClientLike, HashesInterface, KeysInterface};
 use fred::prelude::{Builder, Config, Error, Options, ReconnectPolicy, Value};
 
 use super::StorageError;
-use super::scripts::Scripts;
+use super::scripts::{LuaScript, Scripts};
 use crate::config::{RedisSettings, RuleSettings};
 use crate::domain::admission::{Decision, WindowCounters};
 use crate::domain::combo::Combo;
@@ -235,19 +235,15 @@ impl RedisStore {
         write: SuccessWrite<'_>,
         deadline: Instant,
     ) -> Result<Option<Recorded>, StorageError> {
-        let call = self.call(deadline)?;
         let args = vec![
             Value::from(write.field),
             Value::from(write.ttl_secs.to_string()),
             Value::from(write.cap.to_string()),
             Value::from(if write.create { "1" } else { "0" }),
         ];
-        let reply: Vec<i64> = self
-            .scripts
-            .record_success
-            .run(&call.client, key, args)
-            .await
-            .map_err(|e| call.error(&e))?;
+        let reply = self
+            .run_script(&self.scripts.record_success, key, args, deadline)
+            .await?;
         match reply[..] {
             [0, _, _] => Ok(None),
             [1, net_count, pruned] => Ok(Some(Recorded::Applied {
@@ -268,14 +264,10 @@ impl RedisStore {
         ttl_secs: u64,
         deadline: Instant,
     ) -> Result<Recorded, StorageError> {
-        let call = self.call(deadline)?;
         let args = vec![Value::from(field), Value::from(ttl_secs.to_string())];
-        let reply: Vec<i64> = self
-            .scripts
-            .record_failure
-            .run(&call.client, key, args)
-            .await
-            .map_err(|e| call.error(&e))?;
+        let reply = self
+            .run_script(&self.scripts.record_failure, key, args, deadline)
+            .await?;
         match reply[..] {
             [0, _] => Ok(Recorded::IgnoredNoHabit),
             [1, net_count] => Ok(Recorded::Applied {
@@ -295,18 +287,14 @@ impl RedisStore {
         request: AdmissionRequest,
         deadline: Instant,
     ) -> Result<Decision, StorageError> {
-        let call = self.call(deadline)?;
         let args = vec![
             Value::from(request.now_ms.to_string()),
             Value::from(request.window_ms.to_string()),
             Value::from(request.budget.to_string()),
         ];
-        let reply: Vec<i64> = self
-            .scripts
-            .admit
-            .run(&call.client, key, args)
-            .await
-            .map_err(|e| call.error(&e))?;
+        let reply = self
+            .run_script(&self.scripts.admit, key, args, deadline)
+            .await?;
         match reply[..] {
             [admitted @ (0 | 1), window, current, previous] if current >= 0 && previous >= 0 => {
                 Ok(Decision {
@@ -320,6 +308,21 @@ impl RedisStore {
             }
             _ => Err(StorageError::Unexpected(format!("admit replied {reply:?}"))),
         }
+    }
+
+    /// Runs one of the scripts; they all reply with a list of integers.
+    async fn run_script(
+        &self,
+        script: &LuaScript,
+        key: &str,
+        args: Vec<Value>,
+        deadline: Instant,
+    ) -> Result<Vec<i64>, StorageError> {
+        let call = self.call(deadline)?;
+        script
+            .run(&call.client, key, args)
+            .await
+            .map_err(|e| call.error(&e))
     }
 
     /// A pooled client whose options bound this call by the command timeout
