@@ -23,7 +23,6 @@ use crate::domain::admission::Budgets;
 use sources::RawValues;
 
 const ENV_PREFIX: &str = "STICKY_ROUTING_";
-const OVERRIDE_PREFIX: &str = "STICKY_ROUTING_MAX_CUSTOMERS_";
 /// The variable that names the TOML file when `--config` is not given.
 pub const CONFIG_FILE_VAR: &str = "STICKY_ROUTING_CONFIG";
 
@@ -122,10 +121,10 @@ impl Settings {
 pub fn unknown_variables<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
     names
         .into_iter()
-        .filter(|name| match name.strip_prefix(ENV_PREFIX) {
-            None => false,
-            Some(_) if *name == CONFIG_FILE_VAR || name.starts_with(OVERRIDE_PREFIX) => false,
-            Some(key) => !KNOWN_KEYS.contains(&key.to_ascii_lowercase().as_str()),
+        .filter(|name| {
+            name.starts_with(ENV_PREFIX)
+                && *name != CONFIG_FILE_VAR
+                && sources::setting_named(name).is_none()
         })
         .collect()
 }

@@ -94,20 +94,34 @@ impl RawValues {
 
     /// Files `value` under its canonical key; false when the key is unknown.
     fn absorb(&mut self, key: &str, value: Raw) -> bool {
-        let key = strip_prefix_ignoring_case(key, ENV_PREFIX).unwrap_or(key);
-        let lower = key.to_ascii_lowercase();
-        if let Some(known) = KNOWN_KEYS.iter().find(|k| **k == lower) {
-            self.values.insert(known, value);
-            return true;
-        }
-        match strip_prefix_ignoring_case(key, OVERRIDE_KEY_PREFIX) {
-            Some(merchant) => {
-                self.overrides.insert(merchant.to_owned(), value);
-                true
+        match setting_named(key) {
+            Some(Setting::Known(known)) => {
+                self.values.insert(known, value);
             }
-            None => false,
+            Some(Setting::Override(merchant)) => {
+                self.overrides.insert(merchant.to_owned(), value);
+            }
+            None => return false,
         }
+        true
     }
+}
+
+/// What a setting's name (with or without the `STICKY_ROUTING_` prefix, in
+/// any case) stands for.
+pub(super) enum Setting<'k> {
+    Known(&'static str),
+    /// A per-merchant budget; the merchant id keeps its case.
+    Override(&'k str),
+}
+
+pub(super) fn setting_named(key: &str) -> Option<Setting<'_>> {
+    let key = strip_prefix_ignoring_case(key, ENV_PREFIX).unwrap_or(key);
+    let lower = key.to_ascii_lowercase();
+    if let Some(known) = KNOWN_KEYS.iter().find(|k| **k == lower) {
+        return Some(Setting::Known(known));
+    }
+    strip_prefix_ignoring_case(key, OVERRIDE_KEY_PREFIX).map(Setting::Override)
 }
 
 fn strip_prefix_ignoring_case<'k>(key: &'k str, prefix: &str) -> Option<&'k str> {
