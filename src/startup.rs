@@ -122,7 +122,7 @@ impl Application {
             reporter.clone(),
             store.clone(),
             REDIS_HEALTH_INTERVAL,
-            stop_rx.clone(),
+            stop_rx,
         ));
 
         // Both reflection versions: grpcurl asks for v1, older ghz for v1alpha.
@@ -146,16 +146,14 @@ impl Application {
         );
         let api = StickyRoutingServer::new(api).max_decoding_message_size(MAX_MESSAGE_BYTES);
 
-        let metrics_stop = {
-            let mut stop = stop_rx.clone();
-            async move {
-                let _ = stop.changed().await;
-            }
-        };
+        // Metrics stay up until the drain is over, so the last scrape sees it.
+        let (metrics_stop_tx, metrics_stop_rx) = tokio::sync::oneshot::channel::<()>();
         let metrics_server = tokio::spawn(crate::telemetry::serve_metrics(
             self.metrics_listener,
             metrics,
-            metrics_stop,
+            async {
+                let _ = metrics_stop_rx.await;
+            },
         ));
 
         let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
@@ -180,6 +178,7 @@ impl Application {
         tokio::select! {
             result = &mut server => {
                 let _ = stop_tx.send(true);
+                let _ = metrics_stop_tx.send(());
                 return result.map_err(StartupError::from);
             }
             () = shutdown => {}
@@ -191,6 +190,7 @@ impl Application {
         health::set_all_not_serving(&reporter).await;
         let _ = drain_tx.send(());
         let drained = tokio::time::timeout(settings.shutdown_grace, &mut server).await;
+        let _ = metrics_stop_tx.send(());
         let _ = metrics_server.await;
         store.quit().await;
         match drained {
