@@ -1,5 +1,5 @@
 # The README's two commands: `make run` and `make test`.
-.PHONY: run test lint ci
+.PHONY: run test lint ci bench
 
 # The service against a local redis-server that it starts itself.
 run:
@@ -16,3 +16,10 @@ lint:
 	cargo clippy --locked --all-targets -- -D warnings
 
 ci: lint test
+
+# The service against its transport and storage floors, on its own Redis;
+# prints a markdown table (bench/README.md explains it).
+bench:
+	scripts/ensure-redis.sh
+	cargo build --release --locked
+	target/release/sticky-bench

@@ -26,7 +26,7 @@ use crate::transport::pb::sticky_routing_server::StickyRoutingServer;
 use crate::transport::{StickyRoutingService, pb};
 
 /// The largest request accepted; real ones are well under 8 KiB.
-const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 /// How long start-up waits for Redis before serving without it.
 const REDIS_CONNECT_WAIT: Duration = Duration::from_secs(2);
 /// How often readiness pings Redis.
@@ -157,15 +157,7 @@ impl Application {
         ));
 
         let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
-        // The limit is per connection: kubelet's probes come on their own
-        // connections, so shedding a busy client never fails a probe.
-        let in_flight = u32::try_from(settings.max_in_flight_per_connection).unwrap_or(u32::MAX);
-        let server = Server::builder()
-            .tcp_nodelay(true)
-            .http2_keepalive_interval(Some(Duration::from_secs(30)))
-            .max_concurrent_streams(Some(in_flight))
-            .concurrency_limit_per_connection(settings.max_in_flight_per_connection)
-            .load_shed(true)
+        let server = grpc_server(settings.max_in_flight_per_connection)
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
@@ -201,6 +193,21 @@ impl Application {
             Err(_) => Err(StartupError::GraceExpired(settings.shutdown_grace)),
         }
     }
+}
+
+/// The gRPC server's transport settings. Public so that the benchmark's
+/// no-op floor runs with exactly the same ones.
+///
+/// The in-flight limit is per connection: kubelet's probes come on their
+/// own connections, so shedding a busy client never fails a probe.
+pub fn grpc_server(max_in_flight_per_connection: usize) -> Server {
+    let in_flight = u32::try_from(max_in_flight_per_connection).unwrap_or(u32::MAX);
+    Server::builder()
+        .tcp_nodelay(true)
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .max_concurrent_streams(Some(in_flight))
+        .concurrency_limit_per_connection(max_in_flight_per_connection)
+        .load_shed(true)
 }
 
 /// Binds `addr`, returning the listener and the address it really got.

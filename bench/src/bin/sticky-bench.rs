@@ -1,0 +1,90 @@
+//! `sticky-bench`: starts its own Redis, the service and the no-op floor,
+//! runs the same load against each and against Redis directly, and prints
+//! the comparison as a markdown table (`make bench`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use sticky_bench::cli::{WorkloadArgs, parse_duration};
+use sticky_bench::compare::{CompareSpec, compare};
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "The service against its transport and storage floors."
+)]
+struct Args {
+    /// Measured length of each run.
+    #[arg(short = 'z', long, value_parser = parse_duration, default_value = "10s")]
+    duration: Duration,
+    /// Unmeasured warm-up before each run.
+    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    warmup: Duration,
+    /// Concurrent workers.
+    #[arg(short = 'c', long, default_value_t = 50)]
+    concurrency: usize,
+    /// HTTP/2 connections the workers share.
+    #[arg(long, default_value_t = 1)]
+    connections: usize,
+    /// Redis pool size of the service and of the storage floor.
+    #[arg(long, default_value_t = 2)]
+    pool_size: usize,
+    /// Customers per memory measurement (0 skips it).
+    #[arg(long, default_value_t = 100_000)]
+    memory_customers: u64,
+    /// Extra environment for the service, NAME=VALUE (repeatable).
+    #[arg(long = "service-env", value_parser = parse_env)]
+    service_env: Vec<(String, String)>,
+    /// The redis-server binary.
+    #[arg(long, default_value = "redis-server")]
+    redis_server: String,
+    /// Where logs, report.md and report.json go.
+    #[arg(long, default_value = "target/bench")]
+    out: PathBuf,
+    #[command(flatten)]
+    workload: WorkloadArgs,
+}
+
+fn parse_env(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .ok_or_else(|| format!("expected NAME=VALUE, got {text:?}"))
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let spec = CompareSpec {
+        duration: args.duration,
+        warmup: args.warmup,
+        concurrency: args.concurrency,
+        connections: args.connections,
+        pool_size: args.pool_size,
+        workload: args.workload,
+        memory_customers: args.memory_customers,
+        service_env: args.service_env,
+        redis_server: args.redis_server,
+        out_dir: args.out.clone(),
+    };
+    match compare(spec).await {
+        Ok(comparison) => {
+            let markdown = comparison.markdown();
+            println!("{markdown}");
+            let written = std::fs::write(args.out.join("report.md"), &markdown).and_then(|()| {
+                let json =
+                    serde_json::to_string_pretty(&comparison).map_err(std::io::Error::other)?;
+                std::fs::write(args.out.join("report.json"), json)
+            });
+            if let Err(error) = written {
+                eprintln!("sticky-bench: cannot write the report files: {error}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("sticky-bench: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

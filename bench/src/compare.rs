@@ -1,0 +1,400 @@
+//! `sticky-bench`'s comparison: one Redis, the service and the no-op floor,
+//! all started here; the same generator and concurrency against each; the
+//! service's figures as ratios to its floors, checked against the targets.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::BoxError;
+use crate::cli::WorkloadArgs;
+use crate::procs::{self, Proc};
+use crate::redis_info::{RedisProbe, Snapshot};
+use crate::report::Report;
+use crate::run::{self, RunSpec, Stop};
+use crate::target::{StoreWrite, Target};
+use crate::workload::{CallKind, Generator};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct CompareSpec {
+    pub duration: Duration,
+    pub warmup: Duration,
+    pub concurrency: usize,
+    pub connections: usize,
+    pub pool_size: usize,
+    pub workload: WorkloadArgs,
+    /// Customers per memory measurement; 0 skips it.
+    pub memory_customers: u64,
+    pub service_env: Vec<(String, String)>,
+    pub redis_server: String,
+    pub out_dir: PathBuf,
+}
+
+/// Round trips the service made per call in one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct RoundTrips {
+    pub call: String,
+    pub commands_per_call: BTreeMap<String, f64>,
+    pub reads_per_call: f64,
+}
+
+/// A target from the issue, with what was measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub target: String,
+    pub measured: String,
+    pub goal: String,
+    pub met: bool,
+}
+
+/// `used_memory` growth per customer.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemoryRow {
+    pub customers: u64,
+    pub combos: u64,
+    pub bytes_per_customer: f64,
+}
+
+/// Everything one comparison measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Comparison {
+    pub machine: String,
+    pub setup: String,
+    pub runs: Vec<(Report, String)>,
+    pub round_trips: Vec<RoundTrips>,
+    pub checks: Vec<Check>,
+    pub service_peak_rss_bytes: u64,
+    pub memory: Vec<MemoryRow>,
+}
+
+struct Bench {
+    spec: CompareSpec,
+    probe: RedisProbe,
+    noop: Target,
+    service: Target,
+    store: Target,
+    multi: Target,
+}
+
+impl Bench {
+    async fn measure(
+        &self,
+        target: &Target,
+        call: CallKind,
+        rate: Option<f64>,
+    ) -> Result<run::RunResult, BoxError> {
+        let generator = Arc::new(Generator::new(self.spec.workload.workload(call))?);
+        if !self.spec.warmup.is_zero() {
+            let warmup = RunSpec {
+                concurrency: self.spec.concurrency,
+                stop: Stop::After(self.spec.warmup),
+                rate,
+                seed: 7,
+            };
+            run::run(target, Arc::clone(&generator), warmup).await?;
+        }
+        let spec = RunSpec {
+            concurrency: self.spec.concurrency,
+            stop: Stop::After(self.spec.duration),
+            rate,
+            seed: 1,
+        };
+        run::run(target, generator, spec).await
+    }
+
+    /// A service run with the Redis counters read around it.
+    async fn measure_service(
+        &self,
+        call: CallKind,
+        rate: Option<f64>,
+    ) -> Result<(run::RunResult, RoundTrips), BoxError> {
+        let generator = Arc::new(Generator::new(self.spec.workload.workload(call))?);
+        if !self.spec.warmup.is_zero() {
+            let warmup = RunSpec {
+                concurrency: self.spec.concurrency,
+                stop: Stop::After(self.spec.warmup),
+                rate,
+                seed: 7,
+            };
+            run::run(&self.service, Arc::clone(&generator), warmup).await?;
+        }
+        let before: Snapshot = self.probe.snapshot().await?;
+        let spec = RunSpec {
+            concurrency: self.spec.concurrency,
+            stop: Stop::After(self.spec.duration),
+            rate,
+            seed: 1,
+        };
+        let result = run::run(&self.service, generator, spec).await?;
+        let after = self.probe.snapshot().await?;
+        let trips = RoundTrips {
+            call: call_name(call).to_owned(),
+            commands_per_call: before.commands_per_call(&after, result.calls()),
+            reads_per_call: before.reads_per_call(&after, result.calls()),
+        };
+        Ok((result, trips))
+    }
+}
+
+/// Runs the whole comparison. Progress goes to stderr.
+pub async fn compare(mut spec: CompareSpec) -> Result<Comparison, BoxError> {
+    std::fs::create_dir_all(&spec.out_dir)?;
+    // redis-server changes into --dir before it opens its log file.
+    spec.out_dir = spec.out_dir.canonicalize()?;
+    let redis = procs::start_redis(&spec.redis_server, &spec.out_dir).await?;
+    let url = format!("redis://{}", redis.addr);
+    let mut env = vec![(
+        "STICKY_ROUTING_REDIS_POOL_SIZE".to_owned(),
+        spec.pool_size.to_string(),
+    )];
+    env.extend(spec.service_env.iter().cloned());
+    let service_proc: Proc = procs::start_service(&url, &env, &spec.out_dir).await?;
+    let noop_proc = procs::start_noop().await?;
+    let timeout = Duration::from_secs(5);
+    let probe = RedisProbe::connect(&url).await?;
+    let bench = Bench {
+        noop: Target::grpc(&noop_proc.addr.to_string(), spec.connections, timeout).await?,
+        service: Target::grpc(&service_proc.addr.to_string(), spec.connections, timeout).await?,
+        store: Target::store(&url, spec.pool_size, StoreWrite::Script, timeout).await?,
+        multi: Target::store(&url, spec.pool_size, StoreWrite::Multi, timeout).await?,
+        probe,
+        spec: spec.clone(),
+    };
+    let machine = format!("{}; Redis {}", machine(), bench.probe.version().await?);
+
+    eprintln!(
+        "filling {} customers × {} combos through the service",
+        spec.workload.customers, spec.workload.combos
+    );
+    let generator = Arc::new(Generator::new(spec.workload.workload(CallKind::Record))?);
+    let filled = run::fill(&bench.service, generator, spec.concurrency).await?;
+    if filled.ok() != filled.calls() {
+        return Err(format!("the fill failed: {:?}", filled.statuses).into());
+    }
+
+    let mut runs = Vec::new();
+    let mut round_trips = Vec::new();
+    let mut checks = Vec::new();
+    for (call, goal) in [(CallKind::Record, 0.5), (CallKind::Pin, 0.6)] {
+        let name = call_name(call);
+        eprintln!("{name}: no-op floor");
+        let noop = Report::new(
+            format!("no-op {name}"),
+            &bench.measure(&bench.noop, call, None).await?,
+        );
+        eprintln!("{name}: service");
+        let (result, trips) = bench.measure_service(call, None).await?;
+        let service = Report::new(format!("service {name}"), &result);
+        eprintln!("{name}: storage floor");
+        let store = Report::new(
+            format!("redis {name} (fred, no gRPC)"),
+            &bench.measure(&bench.store, call, None).await?,
+        );
+        let vs_noop = service.rps / noop.rps.max(1e-9);
+        let vs_store = service.rps / store.rps.max(1e-9);
+        checks.push(Check {
+            target: format!("{name} throughput vs no-op"),
+            measured: format!("{vs_noop:.2}×"),
+            goal: format!("≥ {goal:.2}×"),
+            met: vs_noop >= goal,
+        });
+        let commands: f64 = trips.commands_per_call.values().sum();
+        checks.push(Check {
+            target: format!("Redis commands per {name} (existing customer)"),
+            measured: format!("{commands:.3}"),
+            goal: "1".into(),
+            met: (commands - 1.0).abs() < 0.005,
+        });
+        checks.push(Check {
+            target: format!("Redis socket reads per {name}"),
+            measured: format!("{:.3}", trips.reads_per_call),
+            goal: "≤ 1".into(),
+            met: trips.reads_per_call <= 1.0,
+        });
+        eprintln!("{name}: service at half its maximum rate");
+        let half_rate = service.rps / 2.0;
+        let half = Report::new(
+            format!("service {name} at {half_rate:.0}/s (half max)"),
+            &bench.measure(&bench.service, call, Some(half_rate)).await?,
+        );
+        checks.push(Check {
+            target: format!("{name} p99 at half max throughput"),
+            measured: format!("{:.2} ms", half.latency_ms.p99),
+            goal: "≤ 2 ms".into(),
+            met: half.latency_ms.p99 <= 2.0,
+        });
+        runs.push((noop, "floor".to_owned()));
+        runs.push((
+            service,
+            format!("{vs_noop:.2}× no-op, {vs_store:.2}× redis"),
+        ));
+        runs.push((store, "floor".to_owned()));
+        if call == CallKind::Record {
+            eprintln!("{name}: storage floor with MULTI");
+            let multi = Report::new(
+                format!("redis {name} as MULTI (fred, no gRPC)"),
+                &bench.measure(&bench.multi, call, None).await?,
+            );
+            let ratio = multi.rps / runs[2].0.rps.max(1e-9);
+            runs.push((multi, format!("{ratio:.2}× EVALSHA")));
+        }
+        let late = format!("open loop, {} late", half.late);
+        runs.push((half, late));
+        round_trips.push(trips);
+    }
+    eprintln!("mix: service");
+    let mix = Report::new(
+        format!(
+            "service mix ({:.0}% GetPin)",
+            spec.workload.pin_ratio * 100.0
+        ),
+        &bench.measure(&bench.service, CallKind::Mix, None).await?,
+    );
+    runs.push((mix, String::new()));
+
+    let service_peak_rss_bytes = service_proc.rss().map_or(0, |(peak, _)| peak);
+    checks.push(Check {
+        target: "service peak RSS".into(),
+        measured: format!("{:.1} MB", mb(service_peak_rss_bytes)),
+        goal: "≤ 64 MB".into(),
+        met: service_peak_rss_bytes > 0 && mb(service_peak_rss_bytes) <= 64.0,
+    });
+
+    let mut memory = Vec::new();
+    if spec.memory_customers > 0 {
+        for combos in [2, 30] {
+            eprintln!(
+                "memory: {} customers × {combos} combos",
+                spec.memory_customers
+            );
+            let bytes = bench
+                .probe
+                .bytes_per_customer(spec.memory_customers, combos, spec.workload.merchants)
+                .await?;
+            memory.push(MemoryRow {
+                customers: spec.memory_customers,
+                combos,
+                bytes_per_customer: bytes,
+            });
+        }
+    }
+
+    for target in [bench.noop, bench.service, bench.store, bench.multi] {
+        target.close().await;
+    }
+    bench.probe.quit().await;
+    drop((service_proc, noop_proc, redis));
+    let setup = format!(
+        "concurrency {} over {} HTTP/2 connection(s); {} s per run after {} s of warm-up; {} customers (Zipf {}) over {} merchants, {} combos each; Redis pool {} (service and floor)",
+        spec.concurrency,
+        spec.connections,
+        spec.duration.as_secs(),
+        spec.warmup.as_secs(),
+        spec.workload.customers,
+        spec.workload.zipf,
+        spec.workload.merchants,
+        spec.workload.combos,
+        spec.pool_size,
+    );
+    Ok(Comparison {
+        machine,
+        setup,
+        runs,
+        round_trips,
+        checks,
+        service_peak_rss_bytes,
+        memory,
+    })
+}
+
+impl Comparison {
+    /// The whole comparison as markdown.
+    pub fn markdown(&self) -> String {
+        let mut out = format!(
+            "## sticky-routing benchmark\n\n- Machine: {}\n- Setup: {}\n\n",
+            self.machine, self.setup
+        );
+        out.push_str(crate::report::MARKDOWN_HEADER);
+        out.push('\n');
+        for (report, ratio) in &self.runs {
+            out.push_str(&report.markdown_row(ratio));
+            out.push('\n');
+        }
+        out.push_str(
+            "\n### Targets\n\n| target | measured | goal | met |\n|---|---:|---:|:---:|\n",
+        );
+        for c in &self.checks {
+            out.push_str(&format!(
+                "| {} | {} | {} | {} |\n",
+                c.target,
+                c.measured,
+                c.goal,
+                if c.met { "yes" } else { "**no**" }
+            ));
+        }
+        out.push_str("\n### Redis work per call (service runs, from INFO deltas / calls)\n\n| call | commands per call | socket reads per call |\n|---|---|---:|\n");
+        for t in &self.round_trips {
+            let commands: Vec<String> = t
+                .commands_per_call
+                .iter()
+                .map(|(c, n)| format!("{c} {n:.3}"))
+                .collect();
+            out.push_str(&format!(
+                "| {} | {} | {:.3} |\n",
+                t.call,
+                commands.join(", "),
+                t.reads_per_call
+            ));
+        }
+        if !self.memory.is_empty() {
+            out.push_str("\n### Redis memory per customer (used_memory growth / customers)\n\n| customers | combos | bytes per customer | 1M customers | 10M | 100M |\n|---:|---:|---:|---:|---:|---:|\n");
+            for m in &self.memory {
+                let gib = |n: f64| m.bytes_per_customer * n / f64::from(1u32 << 30);
+                out.push_str(&format!(
+                    "| {} | {} | {:.0} | {:.2} GiB | {:.1} GiB | {:.0} GiB |\n",
+                    m.customers,
+                    m.combos,
+                    m.bytes_per_customer,
+                    gib(1e6),
+                    gib(1e7),
+                    gib(1e8)
+                ));
+            }
+        }
+        out
+    }
+}
+
+fn call_name(call: CallKind) -> &'static str {
+    match call {
+        CallKind::Record => "RecordOutcome",
+        CallKind::Pin => "GetPin",
+        CallKind::Mix => "mix",
+    }
+}
+
+fn mb(bytes: u64) -> f64 {
+    #[allow(clippy::cast_precision_loss)]
+    let mb = bytes as f64 / 1_048_576.0;
+    mb
+}
+
+/// CPU count and model, from the OS.
+fn machine() -> String {
+    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines().find_map(|l| {
+                l.strip_prefix("model name")?
+                    .split_once(':')
+                    .map(|(_, m)| m.trim().to_owned())
+            })
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    format!("{cores} cores, {model}")
+}

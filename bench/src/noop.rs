@@ -1,0 +1,84 @@
+//! The transport floor: the service's generated server, codec and transport
+//! settings, with handlers that answer at once without touching Redis. The
+//! gap between it and the service is what Redis and the rules cost.
+
+use std::net::SocketAddr;
+
+use sticky_routing::startup::{MAX_MESSAGE_BYTES, grpc_server};
+use sticky_routing::transport::pb::sticky_routing_server::{StickyRouting, StickyRoutingServer};
+use sticky_routing::transport::pb::{
+    ConnectorCount, ForgetCustomerRequest, ForgetCustomerResponse, GetHabitsRequest,
+    GetHabitsResponse, GetPinRequest, GetPinResponse, RecordOutcomeRequest, RecordOutcomeResponse,
+    RecordResult,
+};
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::{Request, Response, Status};
+
+use crate::BoxError;
+
+/// Answers every call with a fixed reply of the real reply's shape.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoopService;
+
+#[tonic::async_trait]
+impl StickyRouting for NoopService {
+    async fn record_outcome(
+        &self,
+        _request: Request<RecordOutcomeRequest>,
+    ) -> Result<Response<RecordOutcomeResponse>, Status> {
+        Ok(Response::new(RecordOutcomeResponse {
+            result: RecordResult::Applied as i32,
+            net_count: 1,
+            pruned: 0,
+        }))
+    }
+
+    async fn get_pin(
+        &self,
+        _request: Request<GetPinRequest>,
+    ) -> Result<Response<GetPinResponse>, Status> {
+        let connector = "connector_00".to_owned();
+        Ok(Response::new(GetPinResponse {
+            pinned: true,
+            connector: connector.clone(),
+            net_count: 1,
+            candidates: vec![ConnectorCount {
+                connector,
+                net_count: 1,
+            }],
+        }))
+    }
+
+    async fn get_habits(
+        &self,
+        _request: Request<GetHabitsRequest>,
+    ) -> Result<Response<GetHabitsResponse>, Status> {
+        Ok(Response::new(GetHabitsResponse::default()))
+    }
+
+    async fn forget_customer(
+        &self,
+        _request: Request<ForgetCustomerRequest>,
+    ) -> Result<Response<ForgetCustomerResponse>, Status> {
+        Ok(Response::new(ForgetCustomerResponse::default()))
+    }
+}
+
+/// Serves the no-op floor on `listener` until the process ends.
+pub async fn serve(listener: TcpListener, max_in_flight: usize) -> Result<(), BoxError> {
+    let service =
+        StickyRoutingServer::new(NoopService).max_decoding_message_size(MAX_MESSAGE_BYTES);
+    grpc_server(max_in_flight)
+        .add_service(service)
+        .serve_with_incoming(TcpListenerStream::new(listener))
+        .await?;
+    Ok(())
+}
+
+/// Binds `addr` (port 0 for any) and returns the listener and real address.
+pub async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), BoxError> {
+    let listener = TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    Ok((listener, bound))
+}

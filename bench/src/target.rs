@@ -1,0 +1,244 @@
+//! Where the generator's calls go: a gRPC server (the service or the no-op
+//! floor) over N HTTP/2 connections, or straight to Redis through the
+//! service's own `RedisStore` (the storage floor).
+
+use std::time::{Duration, Instant};
+
+use fred::clients::Pool;
+use fred::interfaces::{ClientLike, HashesInterface, KeysInterface, TransactionInterface};
+use fred::prelude::{Builder, Config};
+use sticky_routing::config::{RedisSettings, RuleSettings, Settings};
+use sticky_routing::domain::combo::Combo;
+use sticky_routing::domain::ids::{
+    Connector, CustomerId, MerchantId, PaymentMethod, PaymentMethodType,
+};
+use sticky_routing::domain::keys;
+use sticky_routing::storage::RedisStore;
+use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
+use sticky_routing::transport::pb::{GetPinRequest, Outcome, RecordOutcomeRequest};
+use tonic::Code;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::BoxError;
+use crate::workload::Call;
+
+/// How the storage floor writes a success.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreWrite {
+    /// The service's record_success script, by EVALSHA.
+    Script,
+    /// MULTI { HINCRBY, EXPIRE } EXEC, the seed design's write.
+    Multi,
+}
+
+/// A place to send calls. Cheap to clone: one clone per worker.
+#[derive(Clone)]
+pub enum Target {
+    Grpc {
+        clients: Vec<StickyRoutingClient<Channel>>,
+        timeout: Duration,
+    },
+    Store {
+        store: RedisStore,
+        raw: Pool,
+        write: StoreWrite,
+        ttl_secs: i64,
+        timeout: Duration,
+    },
+}
+
+impl Target {
+    /// `connections` HTTP/2 connections to `addr` (`host:port`).
+    pub async fn grpc(addr: &str, connections: usize, timeout: Duration) -> Result<Self, BoxError> {
+        let mut clients = Vec::with_capacity(connections.max(1));
+        for _ in 0..connections.max(1) {
+            // One Endpoint::connect is one HTTP/2 connection.
+            let channel = Endpoint::from_shared(format!("http://{addr}"))?
+                .tcp_nodelay(true)
+                .connect()
+                .await?;
+            clients.push(StickyRoutingClient::new(channel));
+        }
+        Ok(Target::Grpc { clients, timeout })
+    }
+
+    /// The storage floor on `redis_url`, with the service's default rules and
+    /// a pool of `pool_size` connections.
+    pub async fn store(
+        redis_url: &str,
+        pool_size: usize,
+        write: StoreWrite,
+        timeout: Duration,
+    ) -> Result<Self, BoxError> {
+        let defaults = Settings::defaults();
+        let redis = RedisSettings {
+            url: redis_url.to_owned(),
+            pool_size,
+            command_timeout: timeout,
+        };
+        let rules: RuleSettings = defaults.rules;
+        let store = RedisStore::connect(&redis, &rules)?;
+        if !store.wait_connected(Duration::from_secs(5)).await {
+            return Err(format!("redis at {redis_url} did not answer").into());
+        }
+        store.preload_scripts().await?;
+        let raw = Builder::from_config(Config::from_url(redis_url)?).build_pool(pool_size)?;
+        raw.init().await?;
+        Ok(Target::Store {
+            store,
+            raw,
+            write,
+            ttl_secs: i64::try_from(rules.key_ttl.as_secs()).unwrap_or(i64::MAX),
+            timeout,
+        })
+    }
+
+    /// The worker's handle: gRPC workers spread over the connections.
+    pub fn for_worker(&self, worker: usize) -> Worker {
+        match self {
+            Target::Grpc { clients, timeout } => Worker::Grpc {
+                client: clients[worker % clients.len()].clone(),
+                timeout: *timeout,
+            },
+            Target::Store {
+                store,
+                raw,
+                write,
+                ttl_secs,
+                timeout,
+            } => Worker::Store {
+                store: store.clone(),
+                raw: raw.clone(),
+                write: *write,
+                ttl_secs: *ttl_secs,
+                timeout: *timeout,
+            },
+        }
+    }
+
+    /// Closes connections (the store's pool; channels close on drop).
+    pub async fn close(self) {
+        if let Target::Store { store, raw, .. } = self {
+            store.quit().await;
+            let _ = raw.quit().await;
+        }
+    }
+}
+
+/// One worker's connection to the target.
+pub enum Worker {
+    Grpc {
+        client: StickyRoutingClient<Channel>,
+        timeout: Duration,
+    },
+    Store {
+        store: RedisStore,
+        raw: Pool,
+        write: StoreWrite,
+        ttl_secs: i64,
+        timeout: Duration,
+    },
+}
+
+impl Worker {
+    /// Sends one call and returns its status code (`Ok` on success).
+    pub async fn send(&mut self, call: Call) -> Code {
+        match self {
+            Worker::Grpc { client, timeout } => {
+                let result = match call {
+                    Call::Record(req) => client
+                        .record_outcome(with_timeout(req, *timeout))
+                        .await
+                        .map(drop),
+                    Call::Pin(req) => client.get_pin(with_timeout(req, *timeout)).await.map(drop),
+                };
+                result.err().map_or(Code::Ok, |status| status.code())
+            }
+            Worker::Store {
+                store,
+                raw,
+                write,
+                ttl_secs,
+                timeout,
+            } => {
+                let deadline = Instant::now() + *timeout;
+                let ok = match call {
+                    Call::Record(req) if *write == StoreWrite::Multi => {
+                        multi_success(raw, &req, *ttl_secs).await
+                    }
+                    Call::Record(req) => store_record(store, &req, deadline).await,
+                    Call::Pin(req) => store_pin(store, &req, deadline).await,
+                };
+                if ok { Code::Ok } else { Code::Unavailable }
+            }
+        }
+    }
+}
+
+fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(timeout);
+    request
+}
+
+async fn store_record(store: &RedisStore, req: &RecordOutcomeRequest, deadline: Instant) -> bool {
+    let Some((merchant, customer, combo)) = record_parts(req) else {
+        return false;
+    };
+    if req.outcome == Outcome::GatewayFailure as i32 {
+        store
+            .record_failure(&merchant, &customer, &combo, deadline)
+            .await
+            .is_ok()
+    } else {
+        store
+            .record_success(&merchant, &customer, &combo, deadline)
+            .await
+            .is_ok()
+    }
+}
+
+async fn store_pin(store: &RedisStore, req: &GetPinRequest, deadline: Instant) -> bool {
+    let (Ok(merchant), Ok(customer)) = (
+        MerchantId::parse(&req.merchant_id),
+        CustomerId::parse(&req.customer_id),
+    ) else {
+        return false;
+    };
+    store
+        .read_combos(&merchant, &customer, deadline)
+        .await
+        .is_ok()
+}
+
+/// The seed's success write: HINCRBY and EXPIRE in one MULTI. (No admission
+/// and no cap: it is here to price the transaction, not to replace the rule.)
+async fn multi_success(raw: &Pool, req: &RecordOutcomeRequest, ttl_secs: i64) -> bool {
+    let Some((merchant, customer, combo)) = record_parts(req) else {
+        return false;
+    };
+    let key = keys::customer_key(&merchant, &customer);
+    let tx = raw.next().multi();
+    let queued = async {
+        tx.hincrby::<(), _, _>(key.as_str(), combo.field(), 1)
+            .await?;
+        tx.expire::<(), _>(key.as_str(), ttl_secs, None).await
+    }
+    .await;
+    queued.is_ok() && tx.exec::<(i64, i64)>(true).await.is_ok()
+}
+
+fn record_parts(req: &RecordOutcomeRequest) -> Option<(MerchantId, CustomerId, Combo)> {
+    let combo = Combo::new(
+        &PaymentMethod::parse(&req.payment_method).ok()?,
+        &PaymentMethodType::parse(&req.payment_method_type).ok()?,
+        &Connector::parse(&req.connector).ok()?,
+    )
+    .ok()?;
+    Some((
+        MerchantId::parse(&req.merchant_id).ok()?,
+        CustomerId::parse(&req.customer_id).ok()?,
+        combo,
+    ))
+}

@@ -1,0 +1,223 @@
+//! What the generator sends: which call, for which merchant, customer and
+//! combo. Customers are drawn with Zipf skew, as real traffic has a few
+//! frequent buyers and a long tail.
+
+use rand::Rng;
+use rand::rngs::SmallRng;
+use rand_distr::{Distribution, Zipf};
+use serde::Serialize;
+use sticky_routing::transport::pb::{GetPinRequest, Outcome, RecordOutcomeRequest};
+
+use crate::BoxError;
+
+/// The call to make, ghz's `--call` in short form.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum CallKind {
+    /// RecordOutcome.
+    Record,
+    /// GetPin.
+    Pin,
+    /// Both, GetPin with probability `--pin-ratio`.
+    Mix,
+}
+
+/// The shape of the key space.
+#[derive(Debug, Clone, Serialize)]
+pub struct KeySpace {
+    pub merchants: u64,
+    pub customers: u64,
+    /// Zipf exponent; 0 is uniform.
+    pub zipf: f64,
+    /// Distinct combos each customer uses. Above the service's cap (30 by
+    /// default) every new combo prunes one.
+    pub combos: u64,
+}
+
+/// The request mix.
+#[derive(Debug, Clone, Serialize)]
+pub struct Workload {
+    pub call: CallKind,
+    pub pin_ratio: f64,
+    /// Share of RecordOutcome calls that report a gateway failure.
+    pub failure_ratio: f64,
+    pub keys: KeySpace,
+}
+
+/// One request, ready to send.
+#[derive(Debug, Clone)]
+pub enum Call {
+    Record(RecordOutcomeRequest),
+    Pin(GetPinRequest),
+}
+
+impl Call {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Call::Record(_) => "RecordOutcome",
+            Call::Pin(_) => "GetPin",
+        }
+    }
+}
+
+/// Draws requests; one per worker, since it holds the sampler.
+pub struct Generator {
+    workload: Workload,
+    customers: Customers,
+}
+
+enum Customers {
+    Uniform(u64),
+    Zipf(Zipf<f64>),
+}
+
+impl Generator {
+    pub fn new(workload: Workload) -> Result<Self, BoxError> {
+        let keys = &workload.keys;
+        if keys.merchants == 0 || keys.customers == 0 || keys.combos == 0 {
+            return Err("merchants, customers and combos must be at least 1".into());
+        }
+        let customers = if keys.zipf == 0.0 {
+            Customers::Uniform(keys.customers)
+        } else {
+            // Precision loss only above 2^53 customers.
+            #[allow(clippy::cast_precision_loss)]
+            let n = keys.customers as f64;
+            Customers::Zipf(Zipf::new(n, keys.zipf).map_err(|e| format!("--zipf: {e}"))?)
+        };
+        Ok(Self {
+            workload,
+            customers,
+        })
+    }
+
+    /// The next request.
+    pub fn next(&self, rng: &mut SmallRng) -> Call {
+        let customer = self.customer(rng);
+        let combo = rng.random_range(0..self.workload.keys.combos);
+        let pin = match self.workload.call {
+            CallKind::Record => false,
+            CallKind::Pin => true,
+            CallKind::Mix => rng.random_bool(self.workload.pin_ratio),
+        };
+        if pin {
+            Call::Pin(self.pin(customer, combo))
+        } else {
+            let failed = rng.random_bool(self.workload.failure_ratio);
+            Call::Record(self.record(customer, combo, failed))
+        }
+    }
+
+    /// A success for one (customer, combo): used to fill the key space first.
+    pub fn record(&self, customer: u64, combo: u64, failed: bool) -> RecordOutcomeRequest {
+        let (method, method_type, connector) = combo_parts(combo);
+        RecordOutcomeRequest {
+            merchant_id: self.merchant_id(customer),
+            customer_id: customer_id(customer),
+            payment_method: method.into(),
+            payment_method_type: method_type.into(),
+            connector,
+            outcome: if failed {
+                Outcome::GatewayFailure
+            } else {
+                Outcome::Success
+            } as i32,
+        }
+    }
+
+    fn pin(&self, customer: u64, combo: u64) -> GetPinRequest {
+        let (method, method_type, _) = combo_parts(combo);
+        GetPinRequest {
+            merchant_id: self.merchant_id(customer),
+            customer_id: customer_id(customer),
+            payment_method: method.into(),
+            payment_method_type: method_type.into(),
+            eligible_connectors: Vec::new(),
+        }
+    }
+
+    fn customer(&self, rng: &mut SmallRng) -> u64 {
+        match &self.customers {
+            Customers::Uniform(n) => rng.random_range(1..=*n),
+            // Zipf samples are whole numbers in 1..=n, as floats.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            Customers::Zipf(zipf) => zipf.sample(rng) as u64,
+        }
+    }
+
+    fn merchant_id(&self, customer: u64) -> String {
+        format!("merchant_{:04}", customer % self.workload.keys.merchants)
+    }
+
+    pub fn keys(&self) -> &KeySpace {
+        &self.workload.keys
+    }
+}
+
+/// A customer id shaped like a real one (`cus_` and 16 more characters).
+pub fn customer_id(customer: u64) -> String {
+    format!("cus_{customer:016}")
+}
+
+/// Combo `n`: card or wallet, credit or debit, and the connector that
+/// makes it distinct. GetPin for (method, type) then ranks several
+/// connectors, as it does for a real customer.
+pub fn combo_parts(combo: u64) -> (&'static str, &'static str, String) {
+    let method = if combo % 4 < 2 { "card" } else { "wallet" };
+    let method_type = if combo.is_multiple_of(2) { "credit" } else { "debit" };
+    (method, method_type, format!("connector_{:02}", combo / 4))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    fn workload(call: CallKind, zipf: f64) -> Workload {
+        Workload {
+            call,
+            pin_ratio: 0.5,
+            failure_ratio: 0.0,
+            keys: KeySpace {
+                merchants: 3,
+                customers: 100,
+                zipf,
+                combos: 8,
+            },
+        }
+    }
+
+    #[test]
+    fn combos_are_distinct_fields() {
+        let fields: std::collections::HashSet<_> = (0..64).map(combo_parts).collect();
+        assert_eq!(fields.len(), 64);
+    }
+
+    #[test]
+    fn zipf_customers_stay_in_range_and_favour_the_head() {
+        let generator = Generator::new(workload(CallKind::Record, 1.1)).unwrap();
+        let mut rng = SmallRng::seed_from_u64(7);
+        let drawn: Vec<u64> = (0..10_000).map(|_| generator.customer(&mut rng)).collect();
+        assert!(drawn.iter().all(|c| (1..=100).contains(c)));
+        let head = drawn.iter().filter(|&&c| c == 1).count();
+        let tail = drawn.iter().filter(|&&c| c == 100).count();
+        assert!(head > 10 * tail.max(1), "head {head}, tail {tail}");
+    }
+
+    #[test]
+    fn mix_sends_both_calls() {
+        let generator = Generator::new(workload(CallKind::Mix, 0.0)).unwrap();
+        let mut rng = SmallRng::seed_from_u64(7);
+        let pins = (0..1000)
+            .filter(|_| matches!(generator.next(&mut rng), Call::Pin(_)))
+            .count();
+        assert!((350..650).contains(&pins), "{pins} pins in 1000");
+    }
+
+    #[test]
+    fn an_empty_key_space_is_refused() {
+        let mut w = workload(CallKind::Pin, 0.0);
+        w.keys.customers = 0;
+        assert!(Generator::new(w).is_err());
+    }
+}
