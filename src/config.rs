@@ -37,6 +37,9 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// In-flight calls beyond this are shed with `RESOURCE_EXHAUSTED`.
     pub max_in_flight_per_connection: usize,
+    /// Tokio worker threads. One per CPU by default; where the service
+    /// shares a small machine with Redis, fewer win (bench/README.md).
+    pub worker_threads: usize,
 }
 
 /// How to reach Redis.
@@ -91,6 +94,7 @@ const KNOWN_KEYS: &[&str] = &[
     "min_pin_count",
     "shutdown_grace",
     "max_in_flight_per_connection",
+    "worker_threads",
 ];
 
 impl Settings {
@@ -176,6 +180,7 @@ mod tests {
         assert_eq!(s.rules.max_combos_per_customer, 30);
         assert_eq!(s.rules.budgets.default, 1_000_000);
         assert_eq!(s.rules.min_pin_count, 1);
+        assert_eq!(s.worker_threads, s.redis.pool_size);
     }
 
     #[test]
@@ -189,6 +194,7 @@ mod tests {
                 ("STICKY_ROUTING_MAX_CUSTOMERS_Merchant_1", "0"),
                 ("STICKY_ROUTING_MIN_PIN_COUNT", "3"),
                 ("STICKY_ROUTING_REDIS_POOL_SIZE", "4"),
+                ("STICKY_ROUTING_WORKER_THREADS", "3"),
             ]),
         )
         .unwrap();
@@ -198,6 +204,7 @@ mod tests {
         assert_eq!(s.rules.budgets.overrides["Merchant_1"], 0);
         assert_eq!(s.rules.min_pin_count, 3);
         assert_eq!(s.redis.pool_size, 4);
+        assert_eq!(s.worker_threads, 3);
     }
 
     #[test]

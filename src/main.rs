@@ -1,4 +1,7 @@
 //! The `sticky-routing` binary: parse the settings, build, serve, drain.
+//!
+//! The runtime is built by hand, after the settings are parsed, so that its
+//! thread count is a checked setting like any other.
 
 use std::process::ExitCode;
 
@@ -6,8 +9,7 @@ use sticky_routing::config::{self, CommandLine};
 use sticky_routing::startup::{Application, shutdown_signal};
 use sticky_routing::telemetry;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let settings = match config::from_process() {
         Ok(CommandLine::Run(settings)) => settings,
         Ok(CommandLine::Exit(text)) => {
@@ -20,13 +22,27 @@ async fn main() -> ExitCode {
         }
     };
     telemetry::init_logging();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(settings.worker_threads)
+        .enable_all()
+        .build();
+    match runtime {
+        Ok(runtime) => runtime.block_on(serve(*settings)),
+        Err(error) => {
+            tracing::error!(%error, "cannot start the runtime");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(settings: config::Settings) -> ExitCode {
     let names: Vec<String> = std::env::vars_os()
         .filter_map(|(k, _)| k.into_string().ok())
         .collect();
     for name in config::unknown_variables(names.iter().map(String::as_str)) {
         tracing::warn!(variable = name, "unknown configuration variable ignored");
     }
-    let app = match Application::build(*settings).await {
+    let app = match Application::build(settings).await {
         Ok(app) => app,
         Err(error) => {
             tracing::error!(%error, "cannot start");

@@ -26,11 +26,17 @@ pub struct CompareSpec {
     pub concurrency: usize,
     pub connections: usize,
     pub pool_size: usize,
+    /// Runtime threads of the service and of the no-op floor alike.
+    pub worker_threads: usize,
     pub workload: WorkloadArgs,
     /// Customers per memory measurement; 0 skips it.
     pub memory_customers: u64,
     pub service_env: Vec<(String, String)>,
     pub redis_server: String,
+    /// The service binary; `None` is the `sticky-routing` beside this one.
+    pub service_bin: Option<PathBuf>,
+    /// Only the no-op and service runs: for A/B experiments.
+    pub quick: bool,
     pub out_dir: PathBuf,
 }
 
@@ -152,8 +158,9 @@ pub async fn compare(mut spec: CompareSpec) -> Result<Comparison, BoxError> {
         spec.pool_size.to_string(),
     )];
     env.extend(spec.service_env.iter().cloned());
-    let service_proc: Proc = procs::start_service(&url, &env, &spec.out_dir).await?;
-    let noop_proc = procs::start_noop().await?;
+    let service_proc: Proc =
+        procs::start_service(spec.service_bin.as_deref(), &url, &env, &spec.out_dir).await?;
+    let noop_proc = procs::start_noop(spec.worker_threads).await?;
     let timeout = Duration::from_secs(5);
     let probe = RedisProbe::connect(&url).await?;
     let bench = Bench {
@@ -189,12 +196,18 @@ pub async fn compare(mut spec: CompareSpec) -> Result<Comparison, BoxError> {
         eprintln!("{name}: service");
         let (result, trips) = bench.measure_service(call, None).await?;
         let service = Report::new(format!("service {name}"), &result);
+        let vs_noop = service.rps / noop.rps.max(1e-9);
+        if spec.quick {
+            runs.push((noop, "floor".to_owned()));
+            runs.push((service, format!("{vs_noop:.2}× no-op")));
+            round_trips.push(trips);
+            continue;
+        }
         eprintln!("{name}: storage floor");
         let store = Report::new(
             format!("redis {name} (fred, no gRPC)"),
             &bench.measure(&bench.store, call, None).await?,
         );
-        let vs_noop = service.rps / noop.rps.max(1e-9);
         let vs_store = service.rps / store.rps.max(1e-9);
         checks.push(Check {
             target: format!("{name} throughput vs no-op"),
@@ -246,6 +259,18 @@ pub async fn compare(mut spec: CompareSpec) -> Result<Comparison, BoxError> {
         runs.push((half, late));
         round_trips.push(trips);
     }
+    if spec.quick {
+        let service_peak_rss_bytes = service_proc.rss().map_or(0, |(peak, _)| peak);
+        return Ok(Comparison {
+            machine,
+            setup: "quick".into(),
+            runs,
+            round_trips,
+            checks,
+            service_peak_rss_bytes,
+            memory: Vec::new(),
+        });
+    }
     eprintln!("mix: service");
     let mix = Report::new(
         format!(
@@ -289,7 +314,7 @@ pub async fn compare(mut spec: CompareSpec) -> Result<Comparison, BoxError> {
     bench.probe.quit().await;
     drop((service_proc, noop_proc, redis));
     let setup = format!(
-        "concurrency {} over {} HTTP/2 connection(s); {} s per run after {} s of warm-up; {} customers (Zipf {}) over {} merchants, {} combos each; Redis pool {} (service and floor)",
+        "concurrency {} over {} HTTP/2 connection(s); {} s per run after {} s of warm-up; {} customers (Zipf {}) over {} merchants, {} combos each; Redis pool {} (service and floor); {} worker thread(s) (service and no-op)",
         spec.concurrency,
         spec.connections,
         spec.duration.as_secs(),
@@ -299,6 +324,7 @@ pub async fn compare(mut spec: CompareSpec) -> Result<Comparison, BoxError> {
         spec.workload.merchants,
         spec.workload.combos,
         spec.pool_size,
+        spec.worker_threads,
     );
     Ok(Comparison {
         machine,

@@ -88,13 +88,18 @@ pub async fn start_redis(redis_server: &str, dir: &Path) -> Result<Proc, BoxErro
 /// Starts the service against `redis_url` with `extra_env`, logging into
 /// `dir`, and waits until its API health is SERVING.
 pub async fn start_service(
+    binary: Option<&Path>,
     redis_url: &str,
     extra_env: &[(String, String)],
     dir: &Path,
 ) -> Result<Proc, BoxError> {
     let addr = free_addr()?;
     let log = std::fs::File::create(dir.join("service.log"))?;
-    let child = Command::new(sibling("sticky-routing")?)
+    let binary = match binary {
+        Some(path) => path.to_path_buf(),
+        None => sibling("sticky-routing")?,
+    };
+    let child = Command::new(binary)
         .env("STICKY_ROUTING_LISTEN_ADDR", addr.to_string())
         .env("STICKY_ROUTING_METRICS_ADDR", free_addr()?.to_string())
         .env("STICKY_ROUTING_REDIS_URL", redis_url)
@@ -108,9 +113,11 @@ pub async fn start_service(
     Ok(Proc { child, addr })
 }
 
-/// Starts `sticky-noop` and reads its bound address.
-pub async fn start_noop() -> Result<Proc, BoxError> {
+/// Starts `sticky-noop` with the service's worker thread count and reads
+/// its bound address.
+pub async fn start_noop(worker_threads: usize) -> Result<Proc, BoxError> {
     let mut child = Command::new(sibling("sticky-noop")?)
+        .arg(format!("--worker-threads={worker_threads}"))
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()?;

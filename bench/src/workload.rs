@@ -164,7 +164,11 @@ pub fn customer_id(customer: u64) -> String {
 /// connectors, as it does for a real customer.
 pub fn combo_parts(combo: u64) -> (&'static str, &'static str, String) {
     let method = if combo % 4 < 2 { "card" } else { "wallet" };
-    let method_type = if combo.is_multiple_of(2) { "credit" } else { "debit" };
+    let method_type = if combo.is_multiple_of(2) {
+        "credit"
+    } else {
+        "debit"
+    };
     (method, method_type, format!("connector_{:02}", combo / 4))
 }
 

@@ -42,6 +42,7 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
     let max_in_flight_per_connection = c.value("max_in_flight_per_connection", "4096", |t| {
         parse_in_range(t, 1, 1_000_000)
     });
+    let worker_threads = c.value("worker_threads", &cpus, |t| parse_in_range(t, 1, 1024));
     let settings = || -> Option<Settings> {
         Some(Settings {
             listen_addr: listen_addr?,
@@ -63,6 +64,7 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
             },
             shutdown_grace: shutdown_grace?,
             max_in_flight_per_connection: max_in_flight_per_connection?,
+            worker_threads: worker_threads?,
         })
     };
     match settings() {

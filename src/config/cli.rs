@@ -34,6 +34,7 @@ STICKY_ROUTING_CONFIG), then these environment variables:
   STICKY_ROUTING_MIN_PIN_COUNT             smallest count to pin (1)
   STICKY_ROUTING_SHUTDOWN_GRACE            drain time on SIGTERM (20s)
   STICKY_ROUTING_MAX_IN_FLIGHT_PER_CONNECTION  calls in flight per connection (4096)
+  STICKY_ROUTING_WORKER_THREADS            runtime threads       (number of CPUs)
 Durations take seconds or units: 90d, 12h, 250ms. Logs: RUST_LOG (info).";
 
 /// Reads the process's arguments and environment.

@@ -31,6 +31,10 @@ struct Args {
     /// Redis pool size of the service and of the storage floor.
     #[arg(long, default_value_t = 2)]
     pool_size: usize,
+    /// Runtime threads of the service and of the no-op floor. One wins on
+    /// a 2-core machine that also runs Redis and this generator.
+    #[arg(long, default_value_t = 1)]
+    worker_threads: usize,
     /// Customers per memory measurement (0 skips it).
     #[arg(long, default_value_t = 100_000)]
     memory_customers: u64,
@@ -40,6 +44,12 @@ struct Args {
     /// The redis-server binary.
     #[arg(long, default_value = "redis-server")]
     redis_server: String,
+    /// The service binary to measure (default: the one beside this).
+    #[arg(long)]
+    service_bin: Option<PathBuf>,
+    /// Only the no-op and service runs, for A/B experiments.
+    #[arg(long)]
+    quick: bool,
     /// Where logs, report.md and report.json go.
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
@@ -62,10 +72,13 @@ async fn main() -> ExitCode {
         concurrency: args.concurrency,
         connections: args.connections,
         pool_size: args.pool_size,
+        worker_threads: args.worker_threads,
         workload: args.workload,
         memory_customers: args.memory_customers,
         service_env: args.service_env,
         redis_server: args.redis_server,
+        service_bin: args.service_bin,
+        quick: args.quick,
         out_dir: args.out.clone(),
     };
     match compare(spec).await {

@@ -17,22 +17,34 @@ struct Args {
     /// Same meaning as the service's MAX_IN_FLIGHT_PER_CONNECTION.
     #[arg(long, default_value_t = 4096)]
     max_in_flight_per_connection: usize,
+    /// Tokio worker threads, as the service's WORKER_THREADS (default: CPUs).
+    #[arg(long)]
+    worker_threads: Option<usize>,
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let args = Args::parse();
-    let result = async {
-        let (listener, addr) = noop::bind(args.listen).await?;
-        println!("{addr}");
-        noop::serve(listener, args.max_in_flight_per_connection).await
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = args.worker_threads {
+        runtime.worker_threads(threads.max(1));
     }
-    .await;
+    let result = match runtime.enable_all().build() {
+        Ok(runtime) => runtime.block_on(serve(&args)),
+        Err(error) => Err(error.into()),
+    };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("sticky-noop: {error}");
             ExitCode::FAILURE
         }
+    }
+}
+
+async fn serve(args: &Args) -> Result<(), sticky_bench::BoxError> {
+    {
+        let (listener, addr) = noop::bind(args.listen).await?;
+        println!("{addr}");
+        noop::serve(listener, args.max_in_flight_per_connection).await
     }
 }
