@@ -9,6 +9,9 @@ use sticky_routing::config::{self, CommandLine};
 use sticky_routing::startup::{Application, shutdown_signal};
 use sticky_routing::telemetry;
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let settings = match config::from_process() {
         Ok(CommandLine::Run(settings)) => settings,

@@ -234,6 +234,12 @@ pub async fn compare(mut spec: CompareSpec) -> Result<Comparison, BoxError> {
             format!("service {name} at {half_rate:.0}/s (half max)"),
             &bench.measure(&bench.service, call, Some(half_rate)).await?,
         );
+        // The same rate on the no-op floor: the tail this machine gives any
+        // gRPC server at that load, which bounds the service's from below.
+        let noop_half = Report::new(
+            format!("no-op {name} at {half_rate:.0}/s"),
+            &bench.measure(&bench.noop, call, Some(half_rate)).await?,
+        );
         checks.push(Check {
             target: format!("{name} p99 at half max throughput"),
             measured: format!("{:.2} ms", half.latency_ms.p99),
@@ -257,6 +263,8 @@ pub async fn compare(mut spec: CompareSpec) -> Result<Comparison, BoxError> {
         }
         let late = format!("open loop, {} late", half.late);
         runs.push((half, late));
+        let late = format!("open loop, {} late", noop_half.late);
+        runs.push((noop_half, late));
         round_trips.push(trips);
     }
     if spec.quick {

@@ -187,9 +187,8 @@ impl RedisStore {
     ) -> Result<Vec<(String, i64)>, StorageError> {
         let call = self.call(deadline)?;
         let key = keys::customer_key(merchant, customer);
-        let fields: HashMap<String, i64> =
-            call.client.hgetall(key).await.map_err(|e| call.error(&e))?;
-        Ok(fields.into_iter().collect())
+        let reply: Value = call.client.hgetall(key).await.map_err(|e| call.error(&e))?;
+        fields_of(reply).map_err(|e| call.error(&e))
     }
 
     /// The customer's fields and the hash's remaining TTL in seconds (0 when
@@ -347,6 +346,24 @@ impl RedisStore {
             deadline_bound,
         })
     }
+}
+
+/// HGETALL's reply (fred hands it over as a map) as (field, count) pairs,
+/// without first building a second, typed map.
+fn fields_of(reply: Value) -> Result<Vec<(String, i64)>, Error> {
+    let map = reply.into_map()?;
+    map.inner()
+        .into_iter()
+        .map(|(field, count)| {
+            let field = field
+                .into_string()
+                .ok_or_else(|| Error::new(fred::error::ErrorKind::Parse, "a field is not UTF-8"))?;
+            let count = count.as_i64().ok_or_else(|| {
+                Error::new(fred::error::ErrorKind::Parse, "a count is not an integer")
+            })?;
+            Ok((field, count))
+        })
+        .collect()
 }
 
 fn unix_millis() -> i64 {

@@ -31,9 +31,9 @@ struct Args {
     /// Redis pool size of the service and of the storage floor.
     #[arg(long, default_value_t = 2)]
     pool_size: usize,
-    /// Runtime threads of the service and of the no-op floor. One wins on
-    /// a 2-core machine that also runs Redis and this generator.
-    #[arg(long, default_value_t = 1)]
+    /// Runtime threads of the service and of the no-op floor alike
+    /// (default: one per CPU, the service's own default).
+    #[arg(long, default_value_t = cpus())]
     worker_threads: usize,
     /// Customers per memory measurement (0 skips it).
     #[arg(long, default_value_t = 100_000)]
@@ -55,6 +55,10 @@ struct Args {
     out: PathBuf,
     #[command(flatten)]
     workload: WorkloadArgs,
+}
+
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
 }
 
 fn parse_env(text: &str) -> Result<(String, String), String> {
