@@ -87,55 +87,27 @@ struct Bench {
 }
 
 impl Bench {
+    /// An unmeasured warm-up, then a measured run.
     async fn measure(
         &self,
         target: &Target,
         call: CallKind,
         rate: Option<f64>,
     ) -> Result<run::RunResult, BoxError> {
-        let generator = Arc::new(Generator::new(self.spec.workload.workload(call))?);
-        if !self.spec.warmup.is_zero() {
-            let warmup = RunSpec {
-                concurrency: self.spec.concurrency,
-                stop: Stop::After(self.spec.warmup),
-                rate,
-                seed: 7,
-            };
-            run::run(target, Arc::clone(&generator), warmup).await?;
-        }
-        let spec = RunSpec {
-            concurrency: self.spec.concurrency,
-            stop: Stop::After(self.spec.duration),
-            rate,
-            seed: 1,
-        };
-        run::run(target, generator, spec).await
+        let generator = self.warm_up(target, call, rate).await?;
+        self.timed(target, generator, rate).await
     }
 
-    /// A service run with the Redis counters read around it.
+    /// A service run with the Redis counters read around it (after the
+    /// warm-up, so only measured calls are counted).
     async fn measure_service(
         &self,
         call: CallKind,
         rate: Option<f64>,
     ) -> Result<(run::RunResult, RoundTrips), BoxError> {
-        let generator = Arc::new(Generator::new(self.spec.workload.workload(call))?);
-        if !self.spec.warmup.is_zero() {
-            let warmup = RunSpec {
-                concurrency: self.spec.concurrency,
-                stop: Stop::After(self.spec.warmup),
-                rate,
-                seed: 7,
-            };
-            run::run(&self.service, Arc::clone(&generator), warmup).await?;
-        }
+        let generator = self.warm_up(&self.service, call, rate).await?;
         let before: Snapshot = self.probe.snapshot().await?;
-        let spec = RunSpec {
-            concurrency: self.spec.concurrency,
-            stop: Stop::After(self.spec.duration),
-            rate,
-            seed: 1,
-        };
-        let result = run::run(&self.service, generator, spec).await?;
+        let result = self.timed(&self.service, generator, rate).await?;
         let after = self.probe.snapshot().await?;
         let trips = RoundTrips {
             call: call_name(call).to_owned(),
@@ -143,6 +115,43 @@ impl Bench {
             reads_per_call: before.reads_per_call(&after, result.calls()),
         };
         Ok((result, trips))
+    }
+
+    async fn warm_up(
+        &self,
+        target: &Target,
+        call: CallKind,
+        rate: Option<f64>,
+    ) -> Result<Arc<Generator>, BoxError> {
+        let generator = Arc::new(Generator::new(self.spec.workload.workload(call))?);
+        if !self.spec.warmup.is_zero() {
+            let spec = self.run_spec(self.spec.warmup, rate, 7);
+            run::run(target, Arc::clone(&generator), spec).await?;
+        }
+        Ok(generator)
+    }
+
+    async fn timed(
+        &self,
+        target: &Target,
+        generator: Arc<Generator>,
+        rate: Option<f64>,
+    ) -> Result<run::RunResult, BoxError> {
+        run::run(
+            target,
+            generator,
+            self.run_spec(self.spec.duration, rate, 1),
+        )
+        .await
+    }
+
+    fn run_spec(&self, length: Duration, rate: Option<f64>, seed: u64) -> RunSpec {
+        RunSpec {
+            concurrency: self.spec.concurrency,
+            stop: Stop::After(length),
+            rate,
+            seed,
+        }
     }
 }
 

@@ -124,24 +124,7 @@ pub async fn run(
             (latency, statuses, late)
         }));
     }
-    let mut latency = new_histogram();
-    let mut codes = [0u64; 17];
-    let mut late = 0;
-    for task in tasks {
-        let (worker_latency, worker_codes, worker_late) = task.await?;
-        latency.add(&worker_latency)?;
-        late += worker_late;
-        for (total, n) in codes.iter_mut().zip(worker_codes) {
-            *total += n;
-        }
-    }
-    let elapsed = started.elapsed();
-    Ok(RunResult {
-        latency,
-        statuses: status_names(&codes),
-        elapsed,
-        late,
-    })
+    merge(tasks, started).await
 }
 
 /// Records one success for every (customer, combo), `concurrency` at a
@@ -175,14 +158,27 @@ pub async fn fill(
                 record(&mut latency, sent.elapsed());
                 codes[code as usize] += 1;
             }
-            (latency, codes)
+            (latency, codes, 0)
         }));
     }
+    merge(tasks, started).await
+}
+
+/// What one worker saw: latency, calls per status code, late sends.
+type WorkerResult = (Histogram<u64>, [u64; 17], u64);
+
+/// Waits for the workers and adds up what they saw.
+async fn merge(
+    tasks: Vec<tokio::task::JoinHandle<WorkerResult>>,
+    started: Instant,
+) -> Result<RunResult, BoxError> {
     let mut latency = new_histogram();
     let mut codes = [0u64; 17];
+    let mut late = 0;
     for task in tasks {
-        let (worker_latency, worker_codes) = task.await?;
+        let (worker_latency, worker_codes, worker_late) = task.await?;
         latency.add(&worker_latency)?;
+        late += worker_late;
         for (total, n) in codes.iter_mut().zip(worker_codes) {
             *total += n;
         }
@@ -191,7 +187,7 @@ pub async fn fill(
         latency,
         statuses: status_names(&codes),
         elapsed: started.elapsed(),
-        late: 0,
+        late,
     })
 }
 

@@ -57,7 +57,8 @@ impl Target {
             let channel = Endpoint::from_shared(format!("http://{addr}"))?
                 .tcp_nodelay(true)
                 .connect()
-                .await?;
+                .await
+                .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
             clients.push(StickyRoutingClient::new(channel));
         }
         Ok(Target::Grpc { clients, timeout })
