@@ -32,6 +32,16 @@ pub enum StoreWrite {
     Multi,
 }
 
+/// The storage floor's connections; every worker shares the same pools.
+#[derive(Clone)]
+pub struct StoreFloor {
+    store: RedisStore,
+    raw: Pool,
+    write: StoreWrite,
+    ttl_secs: i64,
+    timeout: Duration,
+}
+
 /// A place to send calls. Cheap to clone: one clone per worker.
 #[derive(Clone)]
 pub enum Target {
@@ -39,13 +49,7 @@ pub enum Target {
         clients: Vec<StickyRoutingClient<Channel>>,
         timeout: Duration,
     },
-    Store {
-        store: RedisStore,
-        raw: Pool,
-        write: StoreWrite,
-        ttl_secs: i64,
-        timeout: Duration,
-    },
+    Store(StoreFloor),
 }
 
 impl Target {
@@ -86,13 +90,13 @@ impl Target {
         store.preload_scripts().await?;
         let raw = Builder::from_config(Config::from_url(redis_url)?).build_pool(pool_size)?;
         raw.init().await?;
-        Ok(Target::Store {
+        Ok(Target::Store(StoreFloor {
             store,
             raw,
             write,
             ttl_secs: i64::try_from(rules.key_ttl.as_secs()).unwrap_or(i64::MAX),
             timeout,
-        })
+        }))
     }
 
     /// The worker's handle: gRPC workers spread over the connections.
@@ -102,27 +106,15 @@ impl Target {
                 client: clients[worker % clients.len()].clone(),
                 timeout: *timeout,
             },
-            Target::Store {
-                store,
-                raw,
-                write,
-                ttl_secs,
-                timeout,
-            } => Worker::Store {
-                store: store.clone(),
-                raw: raw.clone(),
-                write: *write,
-                ttl_secs: *ttl_secs,
-                timeout: *timeout,
-            },
+            Target::Store(floor) => Worker::Store(floor.clone()),
         }
     }
 
     /// Closes connections (the store's pool; channels close on drop).
     pub async fn close(self) {
-        if let Target::Store { store, raw, .. } = self {
-            store.quit().await;
-            let _ = raw.quit().await;
+        if let Target::Store(floor) = self {
+            floor.store.quit().await;
+            let _ = floor.raw.quit().await;
         }
     }
 }
@@ -133,13 +125,7 @@ pub enum Worker {
         client: StickyRoutingClient<Channel>,
         timeout: Duration,
     },
-    Store {
-        store: RedisStore,
-        raw: Pool,
-        write: StoreWrite,
-        ttl_secs: i64,
-        timeout: Duration,
-    },
+    Store(StoreFloor),
 }
 
 impl Worker {
@@ -156,20 +142,14 @@ impl Worker {
                 };
                 result.err().map_or(Code::Ok, |status| status.code())
             }
-            Worker::Store {
-                store,
-                raw,
-                write,
-                ttl_secs,
-                timeout,
-            } => {
-                let deadline = Instant::now() + *timeout;
+            Worker::Store(floor) => {
+                let deadline = Instant::now() + floor.timeout;
                 let ok = match call {
-                    Call::Record(req) if *write == StoreWrite::Multi => {
-                        multi_success(raw, &req, *ttl_secs).await
+                    Call::Record(req) if floor.write == StoreWrite::Multi => {
+                        multi_success(&floor.raw, &req, floor.ttl_secs).await
                     }
-                    Call::Record(req) => store_record(store, &req, deadline).await,
-                    Call::Pin(req) => store_pin(store, &req, deadline).await,
+                    Call::Record(req) => store_record(&floor.store, &req, deadline).await,
+                    Call::Pin(req) => store_pin(&floor.store, &req, deadline).await,
                 };
                 if ok { Code::Ok } else { Code::Unavailable }
             }
