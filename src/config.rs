@@ -45,21 +45,67 @@ pub struct Settings {
 /// How to reach Redis.
 #[derive(Clone)]
 pub struct RedisSettings {
+    /// Any URL fred's `Config::from_url` takes: `redis://`, `rediss://`,
+    /// `redis-cluster://`, `redis-sentinel://`, `redis+unix://`.
     pub url: String,
+    /// ACL user; wins over none in the URL (both set is a config error).
+    pub username: Option<String>,
+    pub password: Option<Secret>,
+    /// Trust and identity for `rediss` URLs; `None` trusts the system roots.
+    pub tls: Option<TlsFiles>,
     pub pool_size: usize,
     /// Upper bound for one Redis call; the caller's deadline may shorten it.
     pub command_timeout: Duration,
 }
 
-/// The URL may hold a password: keep it out of `{:?}`.
+/// The URL and the password may hold secrets: keep them out of `{:?}`.
 impl std::fmt::Debug for RedisSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisSettings")
             .field("url", &redact_url(&self.url))
+            .field("username", &self.username)
+            .field("password", &self.password)
+            .field("tls", &self.tls)
             .field("pool_size", &self.pool_size)
             .field("command_timeout", &self.command_timeout)
             .finish()
     }
+}
+
+/// A value that must never reach a log: `{:?}` prints `***`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The value itself, for the one place that hands it to Redis.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// PEM files for TLS to Redis.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// CA certificates to trust instead of the system roots.
+    pub ca_file: Option<PathBuf>,
+    /// A client certificate and its key, for Redis with `tls-auth-clients`.
+    pub client_cert: Option<ClientCertFiles>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCertFiles {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
 }
 
 /// The contract's tunables.
@@ -85,6 +131,13 @@ const KNOWN_KEYS: &[&str] = &[
     "listen_addr",
     "metrics_addr",
     "redis_url",
+    "redis_username",
+    "redis_username_file",
+    "redis_password",
+    "redis_password_file",
+    "redis_tls_ca_file",
+    "redis_tls_cert_file",
+    "redis_tls_key_file",
     "redis_pool_size",
     "redis_timeout",
     "key_ttl",
@@ -133,16 +186,34 @@ pub fn unknown_variables<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<&'
         .collect()
 }
 
-/// `redis://user:secret@host` → `redis://user:***@host`, for logs.
+/// `redis://user:secret@host` → `redis://user:***@host`, and a sentinel
+/// URL's `sentinelPassword=secret` → `sentinelPassword=***`, for logs.
 pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
+    let (head, query) = match url.split_once('?') {
+        Some((head, query)) => (head, Some(query)),
+        None => (url, None),
+    };
+    let mut redacted = match (head.find("://"), head.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
+            let userinfo = &head[scheme + 3..at];
             let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+            format!("{}{user}:***{}", &head[..scheme + 3], &head[at..])
         }
-        _ => url.to_owned(),
+        _ => head.to_owned(),
+    };
+    if let Some(query) = query {
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _)) if name.eq_ignore_ascii_case("sentinelPassword") => {
+                    format!("{name}=***")
+                }
+                _ => pair.to_owned(),
+            })
+            .collect();
+        redacted = format!("{redacted}?{}", pairs.join("&"));
     }
+    redacted
 }
 
 #[cfg(test)]
@@ -308,12 +379,147 @@ mod tests {
     }
 
     #[test]
+    fn every_url_form_fred_takes_is_accepted() {
+        for url in [
+            "redis://127.0.0.1:6379/0",
+            "rediss://redis.internal:6380",
+            "redis-cluster://10.0.0.1:7000?node=10.0.0.2:7000&node=10.0.0.3:7000",
+            "rediss-cluster://10.0.0.1:7000",
+            "redis-sentinel://10.0.0.1:26379?sentinelServiceName=sticky&node=10.0.0.2:26379",
+            "rediss-sentinel://10.0.0.1:26379/0?sentinelServiceName=sticky",
+            "redis+unix:///run/redis/redis.sock",
+            "valkey://127.0.0.1:6379",
+        ] {
+            let loaded = Settings::load(None, &env(&[("STICKY_ROUTING_REDIS_URL", url)]));
+            assert!(loaded.is_ok(), "{url}: {loaded:?}");
+        }
+        let no_service = Settings::load(
+            None,
+            &env(&[("STICKY_ROUTING_REDIS_URL", "redis-sentinel://h:26379")]),
+        );
+        assert!(no_service.is_err(), "sentinel without a service name");
+    }
+
+    #[test]
+    fn credentials_come_from_variables_or_files() {
+        let password = temp_file("password", "s3cret\n");
+        let username = temp_file("username", "sticky\n");
+        let s = Settings::load(
+            None,
+            &env(&[
+                (
+                    "STICKY_ROUTING_REDIS_USERNAME_FILE",
+                    username.to_str().unwrap(),
+                ),
+                (
+                    "STICKY_ROUTING_REDIS_PASSWORD_FILE",
+                    password.to_str().unwrap(),
+                ),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.redis.username.as_deref(), Some("sticky"));
+        assert_eq!(s.redis.password, Some(Secret::new("s3cret")));
+        assert!(!format!("{s:?}").contains("s3cret"));
+        let direct =
+            Settings::load(None, &env(&[("STICKY_ROUTING_REDIS_PASSWORD", "pw")])).unwrap();
+        assert_eq!(direct.redis.password.unwrap().expose(), "pw");
+    }
+
+    #[test]
+    fn credentials_given_twice_are_an_error_naming_both() {
+        let password = temp_file("password2", "pw");
+        let text = Settings::load(
+            None,
+            &env(&[
+                ("STICKY_ROUTING_REDIS_PASSWORD", "a"),
+                (
+                    "STICKY_ROUTING_REDIS_PASSWORD_FILE",
+                    password.to_str().unwrap(),
+                ),
+                ("STICKY_ROUTING_REDIS_USERNAME_FILE", "/nonexistent/user"),
+            ]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            text.contains("STICKY_ROUTING_REDIS_PASSWORD and STICKY_ROUTING_REDIS_PASSWORD_FILE"),
+            "{text}"
+        );
+        assert!(
+            text.contains("STICKY_ROUTING_REDIS_USERNAME_FILE: cannot read /nonexistent/user"),
+            "{text}"
+        );
+        let in_url = Settings::load(
+            None,
+            &env(&[
+                ("STICKY_ROUTING_REDIS_URL", "redis://:hunter2@h:6379"),
+                ("STICKY_ROUTING_REDIS_PASSWORD", "other"),
+            ]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            in_url
+                .contains("STICKY_ROUTING_REDIS_PASSWORD: STICKY_ROUTING_REDIS_URL holds one too"),
+            "{in_url}"
+        );
+        assert!(
+            !in_url.contains("hunter2") && !in_url.contains("other"),
+            "{in_url}"
+        );
+    }
+
+    #[test]
+    fn tls_files_need_a_tls_url_and_each_other() {
+        let plain = Settings::load(
+            None,
+            &env(&[("STICKY_ROUTING_REDIS_TLS_CA_FILE", "/nonexistent/ca.pem")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(plain.contains("STICKY_ROUTING_REDIS_TLS_CA_FILE: set, but STICKY_ROUTING_REDIS_URL does not use TLS"), "{plain}");
+        let half = Settings::load(
+            None,
+            &env(&[
+                ("STICKY_ROUTING_REDIS_URL", "rediss://h:6380"),
+                ("STICKY_ROUTING_REDIS_TLS_CERT_FILE", "/nonexistent/c.pem"),
+            ]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            half.contains(
+                "STICKY_ROUTING_REDIS_TLS_CERT_FILE: needs STICKY_ROUTING_REDIS_TLS_KEY_FILE"
+            ),
+            "{half}"
+        );
+        let missing = Settings::load(
+            None,
+            &env(&[
+                ("STICKY_ROUTING_REDIS_URL", "rediss://h:6380"),
+                ("STICKY_ROUTING_REDIS_TLS_CA_FILE", "/nonexistent/ca.pem"),
+            ]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            missing.contains("STICKY_ROUTING_REDIS_TLS_CA_FILE: /nonexistent/ca.pem"),
+            "{missing}"
+        );
+    }
+
+    #[test]
     fn passwords_are_redacted() {
         assert_eq!(
             redact_url("redis://u:hunter2@h:6379"),
             "redis://u:***@h:6379"
         );
         assert_eq!(redact_url("redis://h:6379"), "redis://h:6379");
+        assert_eq!(
+            redact_url("redis-sentinel://u:pw@h:26379?sentinelServiceName=m&sentinelPassword=s2"),
+            "redis-sentinel://u:***@h:26379?sentinelServiceName=m&sentinelPassword=***"
+        );
         let s = Settings::load(
             None,
             &env(&[("STICKY_ROUTING_REDIS_URL", "redis://:hunter2@h:1")]),

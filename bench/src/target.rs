@@ -81,6 +81,7 @@ impl Target {
             url: redis_url.to_owned(),
             pool_size,
             command_timeout: timeout,
+            ..defaults.redis
         };
         let rules: RuleSettings = defaults.rules;
         let store = RedisStore::connect(&redis, &rules)?;

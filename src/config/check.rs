@@ -3,11 +3,16 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::sources::{Raw, RawValues};
-use super::{ConfigError, RedisSettings, RuleSettings, Settings};
+use super::{
+    ClientCertFiles, ConfigError, RedisSettings, RuleSettings, Secret, Settings, TlsFiles,
+};
 use crate::domain::admission::Budgets;
+use crate::storage::UrlFacts;
+use crate::storage::tls::{self, TlsFile};
 
 /// Types `raw`, falling back on the built-in defaults.
 pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
@@ -23,6 +28,12 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
     let listen_addr = c.value("listen_addr", "0.0.0.0:50051", parse_addr);
     let metrics_addr = c.value("metrics_addr", "0.0.0.0:9464", parse_addr);
     let url = c.value("redis_url", "redis://127.0.0.1:6379", parse_redis_url);
+    let username = c.value_or_file("redis_username");
+    let password = c.value_or_file("redis_password").map(Secret::new);
+    if let Some((_, facts)) = &url {
+        c.one_source_of_credentials(facts, username.is_some(), password.is_some());
+    }
+    let tls = c.tls_files(url.as_ref().map(|(_, facts)| facts.uses_tls));
     let pool_size = c.value("redis_pool_size", &cpus, |t| parse_in_range(t, 1, 1024));
     let command_timeout = c.value("redis_timeout", "250ms", parse_positive_duration);
     let key_ttl = c.value("key_ttl", "90d", parse_whole_seconds);
@@ -48,7 +59,10 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
             listen_addr: listen_addr?,
             metrics_addr: metrics_addr?,
             redis: RedisSettings {
-                url: url?,
+                url: url?.0,
+                username,
+                password,
+                tls,
                 pool_size: pool_size?,
                 command_timeout: command_timeout?,
             },
@@ -97,6 +111,134 @@ impl Checker {
             .ok()
     }
 
+    /// A value given directly (`STICKY_ROUTING_REDIS_PASSWORD`) or as the
+    /// path of a file holding it (`..._FILE`, the Kubernetes secret habit).
+    /// One trailing newline of the file is dropped.
+    fn value_or_file(&mut self, key: &str) -> Option<String> {
+        let file_key = format!("{key}_file");
+        match (self.values.get(key), self.values.get(file_key.as_str())) {
+            (Some(direct), Some(file)) => {
+                self.problems.push(format!(
+                    "{} and {}: both are set; give one",
+                    direct.describe(key),
+                    file.describe(&file_key)
+                ));
+                None
+            }
+            (Some(direct), None) => Some(direct.text.clone()),
+            (None, Some(file)) => {
+                let path = file.text.trim();
+                match std::fs::read_to_string(path) {
+                    Ok(text) => {
+                        let text = text.strip_suffix('\n').unwrap_or(&text);
+                        let text = text.strip_suffix('\r').unwrap_or(text);
+                        if text.is_empty() {
+                            self.problems
+                                .push(format!("{}: {path} is empty", file.describe(&file_key)));
+                            return None;
+                        }
+                        Some(text.to_owned())
+                    }
+                    Err(e) => {
+                        self.problems.push(format!(
+                            "{}: cannot read {path}: {e}",
+                            file.describe(&file_key)
+                        ));
+                        None
+                    }
+                }
+            }
+            (None, None) => None,
+        }
+    }
+
+    /// Credentials come from the URL or from their own settings, never
+    /// both: which one wins would be a guess.
+    fn one_source_of_credentials(&mut self, url: &UrlFacts, username: bool, password: bool) {
+        for (given, in_url, key) in [
+            (username, url.has_username, "redis_username"),
+            (password, url.has_password, "redis_password"),
+        ] {
+            if given && in_url {
+                let name = self.values.get(key).map_or_else(
+                    || format!("{}_FILE", Raw::env_name(key)),
+                    |raw| raw.describe(key),
+                );
+                self.problems.push(format!(
+                    "{name}: STICKY_ROUTING_REDIS_URL holds one too; give one"
+                ));
+            }
+        }
+    }
+
+    /// The TLS files, checked by reading them. They only make sense with a
+    /// TLS URL (`rediss://`), so setting them without one is an error rather
+    /// than a silently plaintext connection.
+    fn tls_files(&mut self, url_uses_tls: Option<bool>) -> Option<TlsFiles> {
+        let path =
+            |c: &Self, key: &str| c.values.get(key).map(|raw| PathBuf::from(raw.text.trim()));
+        let ca_file = path(self, "redis_tls_ca_file");
+        let cert_file = path(self, "redis_tls_cert_file");
+        let key_file = path(self, "redis_tls_key_file");
+        let client_cert = match (cert_file, key_file) {
+            (Some(cert_file), Some(key_file)) => Some(ClientCertFiles {
+                cert_file,
+                key_file,
+            }),
+            (None, None) => None,
+            (cert, _) => {
+                let (set, missing) = match cert {
+                    Some(_) => ("redis_tls_cert_file", "redis_tls_key_file"),
+                    None => ("redis_tls_key_file", "redis_tls_cert_file"),
+                };
+                let set = self.values.get(set).map(|raw| raw.describe(set));
+                self.problems.push(format!(
+                    "{}: needs {} as well",
+                    set.unwrap_or_default(),
+                    Raw::env_name(missing)
+                ));
+                return None;
+            }
+        };
+        let files = TlsFiles {
+            ca_file,
+            client_cert,
+        };
+        let set = [
+            "redis_tls_ca_file",
+            "redis_tls_cert_file",
+            "redis_tls_key_file",
+        ]
+        .into_iter()
+        .find(|key| self.values.contains_key(key));
+        match (url_uses_tls, set) {
+            (_, None) => None,
+            (Some(false), Some(key)) => {
+                let name = self.values.get(key).map(|raw| raw.describe(key));
+                self.problems.push(format!(
+                    "{}: set, but STICKY_ROUTING_REDIS_URL does not use TLS (rediss://, rediss-cluster://, rediss-sentinel://)",
+                    name.unwrap_or_default()
+                ));
+                None
+            }
+            (_, Some(_)) => {
+                for problem in tls::check_files(&files) {
+                    let key = match problem.file {
+                        TlsFile::Ca => "redis_tls_ca_file",
+                        TlsFile::Cert => "redis_tls_cert_file",
+                        TlsFile::Key => "redis_tls_key_file",
+                    };
+                    let name = self
+                        .values
+                        .get(key)
+                        .map_or_else(|| Raw::env_name(key), |raw| raw.describe(key));
+                    self.problems.push(format!("{name}: {problem}"));
+                }
+                Some(files)
+            }
+        }
+    }
+
     fn overrides(&mut self, raw: HashMap<String, Raw>) -> HashMap<String, u64> {
         let mut budgets = HashMap::new();
         for (merchant, value) in raw {
@@ -130,9 +272,9 @@ fn parse_addr(text: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("`{text}` is not a host:port address such as 0.0.0.0:50051"))
 }
 
-fn parse_redis_url(text: &str) -> Result<String, String> {
-    crate::storage::check_redis_url(text)?;
-    Ok(text.to_owned())
+fn parse_redis_url(text: &str) -> Result<(String, UrlFacts), String> {
+    let facts = crate::storage::check_redis_url(text)?;
+    Ok((text.to_owned(), facts))
 }
 
 fn parse_u64(text: &str) -> Result<u64, String> {

@@ -24,6 +24,13 @@ STICKY_ROUTING_CONFIG), then these environment variables:
   STICKY_ROUTING_LISTEN_ADDR               gRPC address          (0.0.0.0:50051)
   STICKY_ROUTING_METRICS_ADDR              Prometheus /metrics   (0.0.0.0:9464)
   STICKY_ROUTING_REDIS_URL                 Redis URL             (redis://127.0.0.1:6379)
+                                           also rediss://, redis-cluster://h:p?node=h:p,
+                                           redis-sentinel://h:p?sentinelServiceName=NAME
+  STICKY_ROUTING_REDIS_USERNAME[_FILE]     ACL user, or a file holding it
+  STICKY_ROUTING_REDIS_PASSWORD[_FILE]     password, or a file holding it
+  STICKY_ROUTING_REDIS_TLS_CA_FILE         PEM CA to trust       (the system roots)
+  STICKY_ROUTING_REDIS_TLS_CERT_FILE       PEM client certificate, with
+  STICKY_ROUTING_REDIS_TLS_KEY_FILE        its PEM key
   STICKY_ROUTING_REDIS_POOL_SIZE           Redis connections     (number of CPUs)
   STICKY_ROUTING_REDIS_TIMEOUT             per Redis call        (250ms)
   STICKY_ROUTING_KEY_TTL                   sliding key TTL       (90d)

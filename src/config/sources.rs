@@ -32,7 +32,12 @@ impl Raw {
     /// How a problem names the setting: always the variable, plus the file
     /// when the value came from one.
     pub fn describe(&self, key: &str) -> String {
-        self.describe_var(&format!("{ENV_PREFIX}{}", key.to_ascii_uppercase()), key)
+        self.describe_var(&Self::env_name(key), key)
+    }
+
+    /// The variable that sets `key`.
+    pub fn env_name(key: &str) -> String {
+        format!("{ENV_PREFIX}{}", key.to_ascii_uppercase())
     }
 
     /// The same for a per-merchant budget, whose merchant id keeps its case.

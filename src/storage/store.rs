@@ -1,11 +1,11 @@
 //! [`RedisStore`]: domain-typed operations over a fred connection pool.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fred::clients::{Client, Pool, WithOptions};
-use fred::interfaces::{ClientLike, HashesInterface, KeysInterface};
+use fred::interfaces::{ClientLike, EventInterface, HashesInterface, KeysInterface};
 use fred::prelude::{Builder, Config, Error, Options, ReconnectPolicy, Value};
 
 use super::StorageError;
@@ -24,6 +24,9 @@ pub struct RedisStore {
     scripts: Arc<Scripts>,
     rules: Arc<RuleSettings>,
     command_timeout: Duration,
+    /// The latest connection error (refused, wrong password, untrusted
+    /// certificate), so readiness can say why Redis does not answer.
+    connection_problem: Arc<Mutex<Option<String>>>,
 }
 
 /// One success write, as the record_success script takes it.
@@ -64,6 +67,17 @@ impl RedisStore {
     pub fn connect(redis: &RedisSettings, rules: &RuleSettings) -> Result<Self, StorageError> {
         let mut config = Config::from_url(&redis.url)
             .map_err(|e| StorageError::Unavailable(format!("bad redis url: {}", e.details())))?;
+        if let Some(username) = &redis.username {
+            config.username = Some(username.clone());
+        }
+        if let Some(password) = &redis.password {
+            config.password = Some(password.expose().to_owned());
+        }
+        if let Some(files) = &redis.tls {
+            let tls = super::tls::client_config(files)
+                .map_err(|e| StorageError::Unavailable(format!("redis TLS: {e}")))?;
+            config.tls = Some(tls.into());
+        }
         // Keep retrying the first connection too, rather than giving up.
         config.fail_fast = false;
         let pool = Builder::from_config(config)
@@ -81,6 +95,13 @@ impl RedisStore {
             .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
             .build_pool(redis.pool_size)
             .map_err(|e| StorageError::Unavailable(e.to_string()))?;
+        let connection_problem = Arc::new(Mutex::new(None));
+        for client in pool.clients() {
+            tokio::spawn(report_connection_errors(
+                client.error_rx(),
+                connection_problem.clone(),
+            ));
+        }
         // The connection tasks run until `quit`; their handles are not needed.
         drop(pool.connect_pool());
         Ok(Self {
@@ -88,7 +109,15 @@ impl RedisStore {
             scripts: Arc::new(Scripts::new()),
             rules: Arc::new(rules.clone()),
             command_timeout: redis.command_timeout,
+            connection_problem,
         })
+    }
+
+    /// Why the connections last failed, if they ever did.
+    pub fn connection_problem(&self) -> Option<String> {
+        self.connection_problem
+            .lock()
+            .map_or(None, |problem| problem.clone())
     }
 
     /// Waits up to `within` for every pooled connection to come up.
@@ -364,6 +393,29 @@ fn fields_of(reply: Value) -> Result<Vec<(String, i64)>, Error> {
             Ok((field, count))
         })
         .collect()
+}
+
+/// Logs each new connection error once (a reconnect loop repeats the same
+/// one every backoff) and keeps the latest for readiness.
+async fn report_connection_errors(
+    mut errors: tokio::sync::broadcast::Receiver<(Error, Option<fred::types::config::Server>)>,
+    latest: Arc<Mutex<Option<String>>>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        let (error, server) = match errors.recv().await {
+            Ok(event) => event,
+            Err(RecvError::Lagged(_)) => continue,
+            Err(RecvError::Closed) => return,
+        };
+        let text = error.to_string();
+        let server = server.map(|s| s.to_string()).unwrap_or_default();
+        let Ok(mut last) = latest.lock() else { return };
+        if last.as_deref() != Some(text.as_str()) {
+            tracing::warn!(%server, error = %text, "redis connection failed");
+            *last = Some(text);
+        }
+    }
 }
 
 fn unix_millis() -> i64 {

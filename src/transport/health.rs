@@ -25,18 +25,21 @@ pub async fn follow_redis(
 ) {
     let mut last = None;
     loop {
-        let ok = store
+        let ping = store
             .ping(Instant::now() + every.min(Duration::from_secs(1)))
-            .await
-            .is_ok();
+            .await;
         if *stop.borrow() {
             return;
         }
+        let ok = ping.is_ok();
         if last != Some(ok) {
-            if ok {
-                tracing::info!("redis answers: {API_SERVICE} is SERVING");
-            } else {
-                tracing::warn!("redis does not answer: {API_SERVICE} is NOT_SERVING");
+            match ping {
+                Ok(()) => tracing::info!("redis answers: {API_SERVICE} is SERVING"),
+                Err(error) => tracing::warn!(
+                    %error,
+                    connection = store.connection_problem().as_deref().unwrap_or("none seen"),
+                    "redis does not answer: {API_SERVICE} is NOT_SERVING"
+                ),
             }
             let status = if ok {
                 ServingStatus::Serving
