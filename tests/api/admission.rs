@@ -8,11 +8,13 @@ use fred::prelude::KeysInterface;
 use sticky_routing::config::Settings;
 use sticky_routing::transport::pb;
 
+use rstest::rstest;
+
 use crate::helpers::*;
 
 /// An app whose default budget is `default`, with `overrides` per merchant.
-async fn app_with_budget(default: u64, overrides: &[(&str, u64)]) -> TestApp {
-    spawn_app_with(|s| budgets(s, default, overrides)).await
+async fn app_with_budget(topology: Topology, default: u64, overrides: &[(&str, u64)]) -> TestApp {
+    spawn_app_on(topology, |s| budgets(s, default, overrides)).await
 }
 
 fn budgets(settings: &mut Settings, default: u64, overrides: &[(&str, u64)]) {
@@ -42,9 +44,14 @@ async fn exists(app: &TestApp, key: &str) -> bool {
     app.inspect.exists::<i64, _>(key).await.unwrap() == 1
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn a_spent_budget_admits_no_new_customer_but_existing_ones_keep_updating() {
-    let app = app_with_budget(2, &[]).await;
+async fn a_spent_budget_admits_no_new_customer_but_existing_ones_keep_updating(
+    #[case] topology: Topology,
+) {
+    let app = app_with_budget(topology, 2, &[]).await;
     assert_eq!(new_customers(&app, "m1", 2).await, [APPLIED, APPLIED]);
 
     let refused = app.success("c3", "GIGADAT").await;
@@ -76,9 +83,12 @@ async fn a_spent_budget_admits_no_new_customer_but_existing_ones_keep_updating()
     app.assert_every_key_has_a_ttl().await;
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn a_merchant_override_replaces_the_default_budget() {
-    let app = app_with_budget(1, &[("big_merchant", 3)]).await;
+async fn a_merchant_override_replaces_the_default_budget(#[case] topology: Topology) {
+    let app = app_with_budget(topology, 1, &[("big_merchant", 3)]).await;
     assert_eq!(
         new_customers(&app, "big_merchant", 4).await,
         [APPLIED, APPLIED, APPLIED, NOT_ADMITTED]
@@ -91,10 +101,13 @@ async fn a_merchant_override_replaces_the_default_budget() {
     assert_eq!(count("sticky_gw_m2_"), 1);
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn a_budget_of_zero_admits_nobody_and_writes_nothing() {
+async fn a_budget_of_zero_admits_nobody_and_writes_nothing(#[case] topology: Topology) {
     for (default, overrides) in [(0, &[][..]), (5, &[("m1", 0)][..])] {
-        let app = app_with_budget(default, overrides).await;
+        let app = app_with_budget(topology, default, overrides).await;
         for customer in ["c1", "c2"] {
             assert_eq!(app.success(customer, "GIGADAT").await.result, NOT_ADMITTED);
         }
@@ -113,9 +126,12 @@ async fn a_budget_of_zero_admits_nobody_and_writes_nothing() {
     }
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_new_customers_never_exceed_the_budget() {
-    let app = app_with_budget(10, &[]).await;
+async fn concurrent_new_customers_never_exceed_the_budget(#[case] topology: Topology) {
+    let app = app_with_budget(topology, 10, &[]).await;
     let calls: Vec<_> = (0..60)
         .map(|i| {
             let mut api = app.api.clone();
@@ -145,9 +161,12 @@ async fn concurrent_new_customers_never_exceed_the_budget() {
     );
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn the_window_slides_and_the_budget_comes_back() {
-    let app = spawn_app_with(|s| {
+async fn the_window_slides_and_the_budget_comes_back(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |s| {
         budgets(s, 1, &[]);
         s.rules.admission_window = Duration::from_secs(1);
     })
@@ -163,10 +182,13 @@ async fn the_window_slides_and_the_budget_comes_back() {
     );
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn the_admission_key_carries_a_ttl_of_at_most_two_windows() {
+async fn the_admission_key_carries_a_ttl_of_at_most_two_windows(#[case] topology: Topology) {
     let window = Duration::from_secs(60);
-    let app = spawn_app_with(|s| {
+    let app = spawn_app_on(topology, |s| {
         budgets(s, 5, &[]);
         s.rules.admission_window = window;
     })

@@ -7,6 +7,8 @@ use std::time::Duration;
 use fred::prelude::{HashesInterface, KeysInterface};
 use sticky_routing::transport::pb;
 
+use rstest::rstest;
+
 use crate::helpers::*;
 
 /// The combo every test here hammers: customer c1 of m1, INTERAC/RTP/GIGADAT.
@@ -14,8 +16,11 @@ const KEY: &str = "sticky_gw_m1_c1";
 const FIELD: &str = "INTERAC:RTP:GIGADAT";
 
 /// An app whose Redis calls may wait out a loaded test machine.
-async fn app() -> TestApp {
-    spawn_app_with(|s| s.redis.command_timeout = Duration::from_secs(5)).await
+async fn app(topology: Topology) -> TestApp {
+    spawn_app_on(topology, |s| {
+        s.redis.command_timeout = Duration::from_secs(5)
+    })
+    .await
 }
 
 /// Sets the combo's count directly in Redis, with a TTL, as the service would.
@@ -67,9 +72,12 @@ async fn in_parallel(
     responses
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn parallel_successes_lose_no_update() {
-    let app = app().await;
+async fn parallel_successes_lose_no_update(#[case] topology: Topology) {
+    let app = app(topology).await;
     assert_eq!(app.success("c1", "GIGADAT").await.net_count, 1);
 
     let responses = in_parallel(&app, 200, 0).await;
@@ -87,9 +95,12 @@ async fn parallel_successes_lose_no_update() {
     app.assert_every_key_has_a_ttl().await;
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn parallel_failures_floor_at_zero_and_delete_the_combo() {
-    let app = app().await;
+async fn parallel_failures_floor_at_zero_and_delete_the_combo(#[case] topology: Topology) {
+    let app = app(topology).await;
     arrange(&app, 20).await;
 
     let responses = in_parallel(&app, 0, 60).await;
@@ -123,9 +134,12 @@ async fn parallel_failures_floor_at_zero_and_delete_the_combo() {
     app.assert_every_key_has_a_ttl().await;
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn parallel_mixed_outcomes_cancel_out_exactly() {
-    let app = app().await;
+async fn parallel_mixed_outcomes_cancel_out_exactly(#[case] topology: Topology) {
+    let app = app(topology).await;
     arrange(&app, 300).await;
 
     let responses = in_parallel(&app, 100, 100).await;

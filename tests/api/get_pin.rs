@@ -3,6 +3,8 @@
 
 use fred::prelude::KeysInterface;
 
+use rstest::rstest;
+
 use crate::helpers::*;
 
 async fn counts(app: &TestApp, customer: &str, pairs: &[(&str, usize)]) {
@@ -13,9 +15,12 @@ async fn counts(app: &TestApp, customer: &str, pairs: &[(&str, usize)]) {
     }
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn no_hash_means_no_pin() {
-    let app = spawn_app().await;
+async fn no_hash_means_no_pin(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |_| {}).await;
     let pin = app.pin(pin_request("c1", &[])).await.unwrap();
     assert!(!pin.pinned);
     assert_eq!((pin.connector.as_str(), pin.net_count), ("", 0));
@@ -23,9 +28,12 @@ async fn no_hash_means_no_pin() {
     assert!(app.keys().await.is_empty(), "reading creates nothing");
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn the_highest_count_of_the_method_is_pinned() {
-    let app = spawn_app().await;
+async fn the_highest_count_of_the_method_is_pinned(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |_| {}).await;
     counts(&app, "c1", &[("GIGADAT", 3), ("LOONIO", 2)]).await;
     let mut other = outcome(
         "m1",
@@ -43,9 +51,12 @@ async fn the_highest_count_of_the_method_is_pinned() {
     assert_eq!(ranked(&pin), [("GIGADAT", 3), ("LOONIO", 2)]);
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn method_and_type_match_case_insensitively() {
-    let app = spawn_app().await;
+async fn method_and_type_match_case_insensitively(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |_| {}).await;
     counts(&app, "c1", &[("GIGADAT", 1)]).await;
     let mut req = pin_request("c1", &[]);
     req.payment_method = "INTERAC".into();
@@ -53,27 +64,36 @@ async fn method_and_type_match_case_insensitively() {
     assert_eq!(app.pin(req).await.unwrap().connector, "GIGADAT");
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn ties_without_a_list_go_to_the_bytewise_smallest_connector() {
-    let app = spawn_app().await;
+async fn ties_without_a_list_go_to_the_bytewise_smallest_connector(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |_| {}).await;
     counts(&app, "c1", &[("b", 2), ("a", 2), ("B", 2)]).await;
     let pin = app.pin(pin_request("c1", &[])).await.unwrap();
     assert_eq!(ranked(&pin), [("B", 2), ("a", 2), ("b", 2)]);
     assert_eq!(pin.connector, "B");
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn ties_with_a_list_go_to_the_connector_listed_first() {
-    let app = spawn_app().await;
+async fn ties_with_a_list_go_to_the_connector_listed_first(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |_| {}).await;
     counts(&app, "c1", &[("a", 2), ("b", 2), ("c", 1)]).await;
     let pin = app.pin(pin_request("c1", &["c", "b", "a"])).await.unwrap();
     assert_eq!(ranked(&pin), [("b", 2), ("a", 2), ("c", 1)]);
     assert_eq!(pin.connector, "b");
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn the_list_restricts_candidates_exactly_and_case_sensitively() {
-    let app = spawn_app().await;
+async fn the_list_restricts_candidates_exactly_and_case_sensitively(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |_| {}).await;
     counts(&app, "c1", &[("GIGADAT", 5), ("LOONIO", 1)]).await;
     let pin = app
         .pin(pin_request("c1", &["gigadat", "LOONIO"]))
@@ -84,9 +104,12 @@ async fn the_list_restricts_candidates_exactly_and_case_sensitively() {
     assert!(!pin.pinned && pin.connector.is_empty());
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn counts_below_the_minimum_do_not_qualify() {
-    let app = spawn_app_with(|s| s.rules.min_pin_count = 3).await;
+async fn counts_below_the_minimum_do_not_qualify(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |s| s.rules.min_pin_count = 3).await;
     counts(&app, "c1", &[("GIGADAT", 2), ("LOONIO", 3)]).await;
     assert_eq!(
         ranked(&app.pin(pin_request("c1", &[])).await.unwrap()),
@@ -96,17 +119,23 @@ async fn counts_below_the_minimum_do_not_qualify() {
     assert!(!app.pin(pin_request("c1", &[])).await.unwrap().pinned);
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn a_habit_failed_back_to_zero_is_no_longer_pinned() {
-    let app = spawn_app().await;
+async fn a_habit_failed_back_to_zero_is_no_longer_pinned(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |_| {}).await;
     counts(&app, "c1", &[("GIGADAT", 1)]).await;
     app.failure("c1", "GIGADAT").await;
     assert!(!app.pin(pin_request("c1", &[])).await.unwrap().pinned);
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn reading_never_changes_state() {
-    let app = spawn_app().await;
+async fn reading_never_changes_state(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |_| {}).await;
     counts(&app, "c1", &[("GIGADAT", 2)]).await;
     let _: () = app
         .inspect
@@ -125,9 +154,12 @@ async fn reading_never_changes_state() {
     );
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn a_pin_costs_one_hgetall() {
-    let app = spawn_app().await;
+async fn a_pin_costs_one_hgetall(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |_| {}).await;
     counts(&app, "c1", &[("GIGADAT", 1)]).await;
     let before = app.command_calls().await;
     app.pin(pin_request("c1", &["GIGADAT"])).await.unwrap();

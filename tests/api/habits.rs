@@ -2,6 +2,8 @@
 
 use sticky_routing::transport::pb;
 
+use rstest::rstest;
+
 use crate::helpers::*;
 
 fn habits_request(customer: &str) -> pb::GetHabitsRequest {
@@ -11,9 +13,12 @@ fn habits_request(customer: &str) -> pb::GetHabitsRequest {
     }
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn habits_come_highest_count_first_then_in_field_order() {
-    let app = spawn_app().await;
+async fn habits_come_highest_count_first_then_in_field_order(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |_| {}).await;
     for connector in ["b", "a", "c", "c"] {
         app.success("c1", connector).await;
     }
@@ -54,9 +59,12 @@ async fn habits_come_highest_count_first_then_in_field_order() {
     assert!(reply.ttl_seconds > key_ttl - 5 && reply.ttl_seconds <= key_ttl);
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn an_unknown_customer_has_no_habits_and_no_ttl() {
-    let app = spawn_app().await;
+async fn an_unknown_customer_has_no_habits_and_no_ttl(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |_| {}).await;
     let reply = app
         .api
         .clone()

@@ -1,15 +1,17 @@
-//! The test harness: a real `redis-server` per test on a free loopback port,
-//! and the real service on port 0 against it.
+//! The test harness: a real Redis per test (one `redis-server`, or a
+//! 3-primary Cluster), and the real service on port 0 against it, logged in
+//! as the least-privilege user of `deploy/redis-acl.txt`.
 //!
 //! Every test owns its Redis, so tests run in parallel without sharing keys,
-//! and a test may stop, freeze or restart its Redis.
+//! and a test may stop, freeze or restart its Redis. The rule tests take a
+//! [`Topology`] and run on both, so every rule is proven on a single node and
+//! on Cluster.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use fred::prelude::{Builder, Client, ClientLike, Config, KeysInterface};
-use sticky_routing::config::Settings;
+use sticky_routing::config::{Secret, Settings};
 use sticky_routing::startup::{Application, StartupError};
 use sticky_routing::transport::pb;
 use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
@@ -18,110 +20,88 @@ use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 use tonic_health::pb::health_client::HealthClient;
 
-/// A redis-server child process, killed on drop.
-pub struct RedisServer {
-    child: Option<Child>,
-    pub port: u16,
+pub use crate::redis_cluster::RedisCluster;
+pub use crate::redis_sentinel::RedisSentinel;
+pub use crate::redis_server::{RedisServer, SERVICE_PASSWORD, SERVICE_USER, free_port};
+
+/// Where a test's Redis runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topology {
+    Single,
+    Cluster,
+    /// A primary and a replica behind one Sentinel.
+    Sentinel,
 }
 
-impl RedisServer {
-    pub fn start() -> Self {
-        for _ in 0..20 {
-            let port = free_port();
-            if let Some(child) = spawn_redis(port) {
-                return Self {
-                    child: Some(child),
-                    port,
-                };
-            }
+/// A test's Redis: one server or a whole cluster.
+pub enum TestRedis {
+    Single(RedisServer),
+    Cluster(RedisCluster),
+    Sentinel(RedisSentinel),
+}
+
+impl TestRedis {
+    pub fn start(topology: Topology) -> Self {
+        match topology {
+            Topology::Single => Self::Single(RedisServer::start()),
+            Topology::Cluster => Self::Cluster(RedisCluster::start()),
+            Topology::Sentinel => Self::Sentinel(RedisSentinel::start()),
         }
-        panic!("could not start redis-server on a free port (is redis-server installed?)");
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        match self {
+            Self::Single(server) => server.url(),
+            Self::Cluster(cluster) => cluster.url(),
+            Self::Sentinel(sentinel) => sentinel.url(),
+        }
     }
 
-    /// Kills the server (its data is gone: it keeps nothing on disk).
+    /// The one server, for tests that stop, freeze or restart it.
+    pub fn server(&mut self) -> &mut RedisServer {
+        match self {
+            Self::Single(server) => server,
+            _ => panic!("this test needs a single-node Redis"),
+        }
+    }
+
+    pub fn cluster(&mut self) -> &mut RedisCluster {
+        match self {
+            Self::Cluster(cluster) => cluster,
+            _ => panic!("this test needs Redis Cluster"),
+        }
+    }
+
+    pub fn sentinel(&self) -> &RedisSentinel {
+        match self {
+            Self::Sentinel(sentinel) => sentinel,
+            _ => panic!("this test needs Redis Sentinel"),
+        }
+    }
+
     pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.server().stop();
     }
 
-    /// Starts a fresh, empty server on the same port.
     pub fn restart(&mut self) {
-        self.stop();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Some(child) = spawn_redis(self.port) {
-                self.child = Some(child);
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("could not restart redis-server on port {}", self.port);
+        self.server().restart();
     }
 
-    /// Freezes (SIGSTOP) or thaws (SIGCONT) the server: it keeps its
-    /// connections but answers nothing, like a Redis stuck on a slow command.
     pub fn signal(&self, signal: &str) {
-        let pid = self.child.as_ref().expect("redis is running").id();
-        let status = Command::new("kill")
-            .args([signal, &pid.to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        if self.child.is_some() {
-            self.signal("-CONT");
+        match self {
+            Self::Single(server) => server.signal(signal),
+            _ => panic!("this test needs a single-node Redis"),
         }
-        self.stop();
     }
-}
 
-fn spawn_redis(port: u16) -> Option<Child> {
-    let mut child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("redis-server must be on PATH (apt-get install redis-server)");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            return None; // port taken: let the caller pick another
+    /// The ports that hold the data now: the server, or the primaries.
+    fn data_ports(&self) -> Vec<u16> {
+        match self {
+            Self::Single(server) => vec![server.port],
+            Self::Cluster(cluster) => cluster.primaries(),
+            Self::Sentinel(sentinel) => vec![sentinel.current_primary()],
         }
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Some(child);
-        }
-        std::thread::sleep(Duration::from_millis(10));
     }
-    let _ = child.kill();
-    let _ = child.wait();
-    None
-}
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// The commands the service sends; everything else Redis counts ran inside
@@ -134,31 +114,43 @@ pub struct TestApp {
     pub metrics_addr: SocketAddr,
     pub api: StickyRoutingClient<Channel>,
     pub health: HealthClient<Channel>,
-    pub redis: RedisServer,
-    /// A direct Redis connection, to inspect and arrange state.
+    pub redis: TestRedis,
+    /// A direct Redis connection as `default`, to inspect and arrange state.
+    /// On Cluster it routes keyed commands to their slot's primary.
     pub inspect: Client,
     pub settings: Settings,
     shutdown: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<Result<(), StartupError>>>,
 }
 
-/// Settings for a test: loopback on port 0 and a small pool.
-pub fn test_settings(redis: &RedisServer) -> Settings {
+/// Settings for a test: loopback on port 0, a small pool, and the
+/// service's own ACL user.
+pub fn test_settings_for(url: String) -> Settings {
     let mut settings = Settings::defaults();
     settings.listen_addr = "127.0.0.1:0".parse().unwrap();
     settings.metrics_addr = "127.0.0.1:0".parse().unwrap();
-    settings.redis.url = redis.url();
+    settings.redis.url = url;
+    settings.redis.username = Some(SERVICE_USER.into());
+    settings.redis.password = Some(Secret::new(SERVICE_PASSWORD));
     settings.redis.pool_size = 2;
     settings
 }
 
+pub fn test_settings(redis: &RedisServer) -> Settings {
+    test_settings_for(redis.url())
+}
+
 pub async fn spawn_app() -> TestApp {
-    spawn_app_with(|_| {}).await
+    spawn_app_on(Topology::Single, |_| {}).await
 }
 
 pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
-    let redis = RedisServer::start();
-    let mut settings = test_settings(&redis);
+    spawn_app_on(Topology::Single, configure).await
+}
+
+pub async fn spawn_app_on(topology: Topology, configure: impl FnOnce(&mut Settings)) -> TestApp {
+    let redis = TestRedis::start(topology);
+    let mut settings = test_settings_for(redis.url());
     configure(&mut settings);
     let app = Application::build(settings.clone())
         .await
@@ -174,7 +166,10 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
         .connect()
         .await
         .unwrap();
+    // It follows failovers too, and never waits forever.
     let inspect = Builder::from_config(Config::from_url(&redis.url()).unwrap())
+        .set_policy(fred::prelude::ReconnectPolicy::new_constant(0, 100))
+        .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(10))
         .build()
         .unwrap();
     inspect.init().await.unwrap();
@@ -271,26 +266,61 @@ impl TestApp {
         .unwrap()
     }
 
-    /// Every key in this test's Redis.
+    /// A connection as `default` to one node, for per-node commands.
+    async fn node(&self, port: u16) -> Client {
+        let client =
+            Builder::from_config(Config::from_url(&format!("redis://127.0.0.1:{port}")).unwrap())
+                .build()
+                .unwrap();
+        client.init().await.unwrap();
+        client
+    }
+
+    /// Runs a command on every node that holds data, one reply each.
+    pub async fn on_every_primary<R: fred::types::FromValue>(
+        &self,
+        command: &str,
+        args: Vec<&str>,
+    ) -> Vec<R> {
+        let mut replies = Vec::new();
+        for port in self.redis.data_ports() {
+            let node = self.node(port).await;
+            let cmd = fred::types::CustomCommand::new(command.to_owned(), None::<u16>, false);
+            replies.push(node.custom(cmd, args.clone()).await.unwrap());
+            let _ = node.quit().await;
+        }
+        replies
+    }
+
+    /// Every key in this test's Redis (on Cluster, on every primary).
     pub async fn keys(&self) -> Vec<String> {
-        let mut keys: Vec<String> = self
-            .inspect
-            .custom(fred::cmd!("KEYS"), vec!["*"])
-            .await
-            .unwrap();
+        let per_node: Vec<Vec<String>> = self.on_every_primary("KEYS", vec!["*"]).await;
+        let mut keys: Vec<String> = per_node.into_iter().flatten().collect();
         keys.sort();
         keys
+    }
+
+    /// Makes every node forget its cached scripts, as a restart would.
+    pub async fn flush_scripts(&self) {
+        let _: Vec<String> = self.on_every_primary("SCRIPT", vec!["FLUSH"]).await;
     }
 
     /// Calls per command from `INFO commandstats`, for the commands a client
     /// of Redis sends this service uses (commands run inside scripts are
     /// counted by Redis too, and health checks and inspection are noise).
     pub async fn command_calls(&self) -> std::collections::BTreeMap<String, u64> {
-        let info: String = self
-            .inspect
-            .custom(fred::cmd!("INFO"), vec!["commandstats"])
-            .await
-            .unwrap();
+        let infos: Vec<String> = self.on_every_primary("INFO", vec!["commandstats"]).await;
+        let mut calls = std::collections::BTreeMap::new();
+        for info in infos {
+            for (name, count) in Self::client_commands(&info) {
+                *calls.entry(name).or_default() += count;
+            }
+        }
+        calls
+    }
+
+    /// The allow-listed commands' call counts in one `INFO commandstats`.
+    fn client_commands(info: &str) -> Vec<(String, u64)> {
         info.lines()
             .filter_map(|line| {
                 let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
@@ -348,6 +378,22 @@ impl Drop for TestApp {
             let _ = tx.send(());
         }
     }
+}
+
+/// The service's binary with a clean `STICKY_ROUTING_*` environment plus
+/// `vars`; the child is killed if the test drops it (a failed assertion).
+pub fn service_binary(vars: &[(&str, String)]) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_sticky-routing"));
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("STICKY_ROUTING_") {
+            command.env_remove(name);
+        }
+    }
+    command
+        .envs(vars.iter().map(|(k, v)| (k, v)))
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    command
 }
 
 pub fn outcome(

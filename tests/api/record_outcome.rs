@@ -1,8 +1,10 @@
 //! RecordOutcome against real Redis: the success and failure rules, the
 //! sliding TTL, the combo cap and the key layout.
 
-use fred::prelude::{ClientLike, HashesInterface, KeysInterface};
+use fred::prelude::{HashesInterface, KeysInterface};
 use sticky_routing::transport::pb;
+
+use rstest::rstest;
 
 use crate::helpers::*;
 
@@ -15,9 +17,12 @@ async fn hash(app: &TestApp, key: &str) -> Vec<(String, i64)> {
     pairs
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn a_first_success_creates_the_spec_layout_with_a_ttl() {
-    let app = spawn_app().await;
+async fn a_first_success_creates_the_spec_layout_with_a_ttl(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |_| {}).await;
     let reply = app.success("c1", "GIGADAT").await;
     assert_eq!(
         (reply.result, reply.net_count, reply.pruned),
@@ -34,9 +39,12 @@ async fn a_first_success_creates_the_spec_layout_with_a_ttl() {
     app.assert_every_key_has_a_ttl().await;
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn successes_add_one_and_rearm_the_ttl() {
-    let app = spawn_app().await;
+async fn successes_add_one_and_rearm_the_ttl(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |_| {}).await;
     app.success("c1", "GIGADAT").await;
     let _: () = app.inspect.expire(KEY, 100, None).await.unwrap();
     let reply = app.success("c1", "GIGADAT").await;
@@ -44,9 +52,14 @@ async fn successes_add_one_and_rearm_the_ttl() {
     assert!(app.ttl(KEY).await > 100, "the TTL slides on every write");
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn payment_method_and_type_are_upper_cased_and_the_connector_kept() {
-    let app = spawn_app().await;
+async fn payment_method_and_type_are_upper_cased_and_the_connector_kept(
+    #[case] topology: Topology,
+) {
+    let app = spawn_app_on(topology, |_| {}).await;
     let mut req = outcome("m1", "c1", "Giga:Dat", pb::Outcome::Success);
     req.payment_method = " Interac ".into();
     req.payment_method_type = "rTp".into();
@@ -57,9 +70,12 @@ async fn payment_method_and_type_are_upper_cased_and_the_connector_kept() {
     );
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn ids_with_underscores_and_reserved_characters_are_escaped() {
-    let app = spawn_app().await;
+async fn ids_with_underscores_and_reserved_characters_are_escaped(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |_| {}).await;
     app.record(outcome(
         "merchant_123",
         "cus_abc",
@@ -89,9 +105,12 @@ async fn ids_with_underscores_and_reserved_characters_are_escaped() {
     );
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn a_failure_without_a_hash_writes_nothing() {
-    let app = spawn_app().await;
+async fn a_failure_without_a_hash_writes_nothing(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |_| {}).await;
     let reply = app.failure("c1", "GIGADAT").await;
     assert_eq!(
         (reply.result, reply.net_count, reply.pruned),
@@ -100,9 +119,14 @@ async fn a_failure_without_a_hash_writes_nothing() {
     assert!(app.keys().await.is_empty());
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn a_failure_on_an_absent_field_leaves_the_hash_and_its_ttl_alone() {
-    let app = spawn_app().await;
+async fn a_failure_on_an_absent_field_leaves_the_hash_and_its_ttl_alone(
+    #[case] topology: Topology,
+) {
+    let app = spawn_app_on(topology, |_| {}).await;
     app.success("c1", "GIGADAT").await;
     let _: () = app.inspect.expire(KEY, 100, None).await.unwrap();
     let reply = app.failure("c1", "LOONIO").await;
@@ -114,9 +138,12 @@ async fn a_failure_on_an_absent_field_leaves_the_hash_and_its_ttl_alone() {
     assert!(app.ttl(KEY).await <= 100, "the TTL was not touched");
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn failures_decrement_then_delete_at_zero() {
-    let app = spawn_app().await;
+async fn failures_decrement_then_delete_at_zero(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |_| {}).await;
     for _ in 0..2 {
         app.success("c1", "GIGADAT").await;
     }
@@ -150,9 +177,12 @@ async fn failures_decrement_then_delete_at_zero() {
     assert_eq!(exists, 0, "the last field's deletion removes the hash");
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn the_cap_prunes_the_lowest_count_never_the_new_field() {
-    let app = spawn_app_with(|s| s.rules.max_combos_per_customer = 3).await;
+async fn the_cap_prunes_the_lowest_count_never_the_new_field(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |s| s.rules.max_combos_per_customer = 3).await;
     for (connector, times) in [("A", 3), ("B", 1), ("C", 2)] {
         for _ in 0..times {
             app.success("c1", connector).await;
@@ -170,9 +200,12 @@ async fn the_cap_prunes_the_lowest_count_never_the_new_field() {
     );
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn cap_ties_go_bytewise_smallest_first() {
-    let app = spawn_app_with(|s| s.rules.max_combos_per_customer = 3).await;
+async fn cap_ties_go_bytewise_smallest_first(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |s| s.rules.max_combos_per_customer = 3).await;
     for connector in ["b", "B", "a"] {
         app.success("c1", connector).await;
         app.success("c1", connector).await;
@@ -187,9 +220,12 @@ async fn cap_ties_go_bytewise_smallest_first() {
     );
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn the_whole_excess_drains_after_the_cap_shrank() {
-    let app = spawn_app_with(|s| s.rules.max_combos_per_customer = 2).await;
+async fn the_whole_excess_drains_after_the_cap_shrank(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |s| s.rules.max_combos_per_customer = 2).await;
     let fields: Vec<(String, String)> = (1..=5)
         .map(|n| (format!("INTERAC:RTP:K{n}"), n.to_string()))
         .collect();
@@ -214,9 +250,12 @@ async fn the_whole_excess_drains_after_the_cap_shrank() {
     );
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn forget_customer_deletes_the_hash() {
-    let app = spawn_app().await;
+async fn forget_customer_deletes_the_hash(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |_| {}).await;
     app.success("c1", "GIGADAT").await;
     let mut api = app.api.clone();
     let forget = pb::ForgetCustomerRequest {
@@ -240,24 +279,26 @@ async fn forget_customer_deletes_the_hash() {
     );
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn scripts_survive_a_redis_that_forgot_them() {
-    let app = spawn_app().await;
+async fn scripts_survive_a_redis_that_forgot_them(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |_| {}).await;
     app.success("c1", "GIGADAT").await;
-    let _: () = app
-        .inspect
-        .custom(fred::cmd!("SCRIPT"), vec!["FLUSH"])
-        .await
-        .unwrap();
+    app.flush_scripts().await;
     let reply = app.success("c1", "GIGADAT").await;
     assert_eq!((reply.result, reply.net_count), (APPLIED, 2));
     let reply = app.failure("c1", "GIGADAT").await;
     assert_eq!((reply.result, reply.net_count), (APPLIED, 1));
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn an_existing_customer_costs_one_redis_command_per_outcome() {
-    let app = spawn_app().await;
+async fn an_existing_customer_costs_one_redis_command_per_outcome(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |_| {}).await;
     app.success("c1", "GIGADAT").await;
     let before = app.command_calls().await;
     app.success("c1", "GIGADAT").await;
@@ -273,9 +314,12 @@ async fn an_existing_customer_costs_one_redis_command_per_outcome() {
     );
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn a_new_customer_passes_admission_first() {
-    let app = spawn_app().await;
+async fn a_new_customer_passes_admission_first(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |_| {}).await;
     let before = app.command_calls().await;
     app.success("c1", "GIGADAT").await;
     assert_eq!(

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use sticky_routing::transport::pb;
 use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tonic::Code;
 use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
@@ -15,22 +15,6 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
 use crate::helpers::*;
-
-/// The binary with a clean `STICKY_ROUTING_*` environment plus `vars`; the
-/// child is killed if the test drops it (a failed assertion).
-fn binary(vars: &[(&str, String)]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_sticky-routing"));
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("STICKY_ROUTING_") {
-            command.env_remove(name);
-        }
-    }
-    command
-        .envs(vars.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    command
-}
 
 /// A running binary on free ports against `redis`, and a channel to it.
 async fn start_binary(redis: &RedisServer, extra: &[(&str, String)]) -> (Child, Channel) {
@@ -42,10 +26,12 @@ async fn start_binary(redis: &RedisServer, extra: &[(&str, String)]) -> (Child, 
             format!("127.0.0.1:{}", free_port()),
         ),
         ("STICKY_ROUTING_REDIS_URL", redis.url()),
+        ("STICKY_ROUTING_REDIS_USERNAME", SERVICE_USER.into()),
+        ("STICKY_ROUTING_REDIS_PASSWORD", SERVICE_PASSWORD.into()),
         ("STICKY_ROUTING_REDIS_POOL_SIZE", "2".into()),
     ];
     vars.extend_from_slice(extra);
-    let child = binary(&vars)
+    let child = service_binary(&vars)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -163,7 +149,7 @@ async fn bad_configuration_stops_the_binary_naming_each_variable() {
         ),
     ];
     let started = Instant::now();
-    let output = binary(&vars).output();
+    let output = service_binary(&vars).output();
     let output = tokio::time::timeout(Duration::from_secs(10), output)
         .await
         .expect("the binary hung")

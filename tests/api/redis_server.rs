@@ -1,0 +1,192 @@
+//! One `redis-server` child process on a free loopback port, killed on drop.
+//!
+//! Every server has the service's least-privilege user with exactly the
+//! rules in `deploy/redis-acl.txt`, and the service under test logs in as
+//! that user: the whole suite proves the documented ACL is enough. The
+//! `default` user keeps full rights for the tests' own inspection.
+
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The service's Redis user in every test.
+pub const SERVICE_USER: &str = "sticky-routing";
+/// Its password; a test value, never a real one.
+pub const SERVICE_PASSWORD: &str = "test-only-password";
+
+/// The ACL rules the README documents, as redis-server arguments.
+pub fn acl_rules() -> Vec<String> {
+    include_str!("../../deploy/redis-acl.txt")
+        .lines()
+        .filter(|line| !line.trim_start().starts_with('#'))
+        .flat_map(str::split_whitespace)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// How to run one server.
+#[derive(Debug, Clone, Default)]
+pub struct ServerOptions {
+    /// Extra redis-server arguments (cluster mode, TLS files).
+    pub args: Vec<String>,
+    /// Serve TLS on the port instead of plain TCP.
+    pub tls: bool,
+    /// Cluster mode: the bus port (port + 10000) must be free too.
+    pub cluster_bus: bool,
+}
+
+/// A redis-server child process, killed on drop.
+pub struct RedisServer {
+    child: Option<Child>,
+    pub port: u16,
+    options: ServerOptions,
+}
+
+impl RedisServer {
+    pub fn start() -> Self {
+        Self::start_with(ServerOptions::default())
+    }
+
+    pub fn start_with(options: ServerOptions) -> Self {
+        for _ in 0..20 {
+            let port = if options.cluster_bus {
+                free_port_with_bus()
+            } else {
+                free_port()
+            };
+            if let Some(child) = spawn_redis(port, &options) {
+                return Self {
+                    child: Some(child),
+                    port,
+                    options,
+                };
+            }
+        }
+        panic!("could not start redis-server on a free port (is redis-server installed?)");
+    }
+
+    pub fn url(&self) -> String {
+        let scheme = if self.options.tls { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Kills the server (its data is gone: it keeps nothing on disk).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts a fresh, empty server on the same port.
+    pub fn restart(&mut self) {
+        self.stop();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Some(child) = spawn_redis(self.port, &self.options) {
+                self.child = Some(child);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("could not restart redis-server on port {}", self.port);
+    }
+
+    /// Freezes (SIGSTOP) or thaws (SIGCONT) the server: it keeps its
+    /// connections but answers nothing, like a Redis stuck on a slow command.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("redis is running").id();
+        let status = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.signal("-CONT");
+        }
+        self.stop();
+    }
+}
+
+/// Runs `redis-cli -p port args…` and returns its output.
+pub fn redis_cli(port: u16, args: &[&str]) -> String {
+    let output = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli must be on PATH (apt-get install redis-server)");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn spawn_redis(port: u16, options: &ServerOptions) -> Option<Child> {
+    let port_text = port.to_string();
+    let listen: &[&str] = if options.tls {
+        &["--port", "0", "--tls-port", &port_text]
+    } else {
+        &["--port", &port_text]
+    };
+    let user = [
+        SERVICE_USER.to_owned(),
+        "on".into(),
+        format!(">{SERVICE_PASSWORD}"),
+    ];
+    let mut child = Command::new("redis-server")
+        .args(listen)
+        .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .arg("--user")
+        .args(user)
+        .args(acl_rules())
+        .args(&options.args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server must be on PATH (apt-get install redis-server)");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return None; // port taken: let the caller pick another
+        }
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Some(child);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A free port below 55535 whose cluster bus port (+10000) is free too.
+fn free_port_with_bus() -> u16 {
+    loop {
+        let port = 20_000 + (rand_u32() % 30_000) as u16;
+        let both_free = TcpListener::bind(("127.0.0.1", port)).is_ok()
+            && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok();
+        if both_free {
+            return port;
+        }
+    }
+}
+
+/// Enough randomness to spread parallel tests over the port range.
+fn rand_u32() -> u32 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(Instant::now()) as u32
+}
