@@ -40,6 +40,9 @@ pub struct RedisServer {
     child: Option<Child>,
     pub port: u16,
     options: ServerOptions,
+    /// The server's working folder: a replica's full sync writes its RDB
+    /// file there, never into the checkout.
+    dir: tempfile::TempDir,
 }
 
 impl RedisServer {
@@ -48,17 +51,19 @@ impl RedisServer {
     }
 
     pub fn start_with(options: ServerOptions) -> Self {
+        let dir = tempfile::tempdir().unwrap();
         for _ in 0..20 {
             let port = if options.cluster_bus {
                 free_port_with_bus()
             } else {
                 free_port()
             };
-            if let Some(child) = spawn_redis(port, &options) {
+            if let Some(child) = spawn_redis(port, &options, dir.path()) {
                 return Self {
                     child: Some(child),
                     port,
                     options,
+                    dir,
                 };
             }
         }
@@ -87,7 +92,7 @@ impl RedisServer {
         self.stop();
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if let Some(child) = spawn_redis(self.port, &self.options) {
+            if let Some(child) = spawn_redis(self.port, &self.options, self.dir.path()) {
                 self.child = Some(child);
                 return;
             }
@@ -127,7 +132,7 @@ pub fn redis_cli(port: u16, args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-fn spawn_redis(port: u16, options: &ServerOptions) -> Option<Child> {
+fn spawn_redis(port: u16, options: &ServerOptions, dir: &std::path::Path) -> Option<Child> {
     let port_text = port.to_string();
     let listen: &[&str] = if options.tls {
         &["--port", "0", "--tls-port", &port_text]
@@ -142,6 +147,8 @@ fn spawn_redis(port: u16, options: &ServerOptions) -> Option<Child> {
     let mut child = Command::new("redis-server")
         .args(listen)
         .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .arg("--dir")
+        .arg(dir)
         .arg("--user")
         .args(user)
         .args(acl_rules())
