@@ -75,6 +75,7 @@ impl Application {
         } else {
             tracing::warn!(
                 redis = %redact_url(&settings.redis.url),
+                why = store.connection_problem().as_deref().unwrap_or("no answer yet"),
                 "redis is not reachable yet; serving anyway, with {API_SERVICE} NOT_SERVING until it is"
             );
         }

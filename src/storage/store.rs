@@ -409,7 +409,7 @@ async fn report_connection_errors(
             Err(RecvError::Closed) => return,
         };
         let text = error.to_string();
-        let server = server.map(|s| s.to_string()).unwrap_or_default();
+        let server = server.map_or_else(|| "-".to_owned(), |s| s.to_string());
         let Ok(mut last) = latest.lock() else { return };
         if last.as_deref() != Some(text.as_str()) {
             tracing::warn!(%server, error = %text, "redis connection failed");

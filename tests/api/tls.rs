@@ -1,0 +1,306 @@
+//! TLS to Redis with certificates that openssl makes here, and what an
+//! operator sees when a certificate or a password is wrong: the service
+//! starts, stays NOT_SERVING and logs why. It never hangs.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sticky_routing::config::{ClientCertFiles, TlsFiles};
+use sticky_routing::startup::Application;
+use sticky_routing::transport::pb;
+use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
+use tokio::io::AsyncReadExt;
+use tonic::transport::Channel;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_client::HealthClient;
+
+use crate::helpers::*;
+use crate::redis_server::ServerOptions;
+
+/// A private CA, a server and a client certificate it signed, and a second
+/// CA that signed nothing here.
+struct Pki {
+    dir: tempfile::TempDir,
+}
+
+impl Pki {
+    fn make() -> Self {
+        let pki = Self {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        pki.openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=sticky-test-ca",
+        ]);
+        pki.openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            "other-ca.key",
+            "-out",
+            "other-ca.crt",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=some-other-ca",
+        ]);
+        std::fs::write(
+            pki.path("san.ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+        )
+        .unwrap();
+        for name in ["server", "client"] {
+            pki.openssl(&[
+                "req",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.csr"),
+                "-subj",
+                &format!("/CN={name}"),
+            ]);
+            pki.openssl(&[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{name}.csr"),
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &format!("{name}.crt"),
+                "-days",
+                "1",
+                "-extfile",
+                "san.ext",
+            ]);
+        }
+        pki
+    }
+
+    fn openssl(&self, args: &[&str]) {
+        let output = Command::new("openssl")
+            .args(args)
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .expect("openssl must be on PATH");
+        assert!(
+            output.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn arg(&self, name: &str) -> String {
+        self.path(name).to_str().unwrap().to_owned()
+    }
+
+    /// Redis on TLS only, requiring a client certificate from our CA.
+    fn redis(&self) -> RedisServer {
+        let args = [
+            ("--tls-cert-file", self.arg("server.crt")),
+            ("--tls-key-file", self.arg("server.key")),
+            ("--tls-ca-cert-file", self.arg("ca.crt")),
+            ("--tls-auth-clients", "yes".into()),
+        ];
+        RedisServer::start_with(ServerOptions {
+            args: args
+                .into_iter()
+                .flat_map(|(k, v)| [k.to_owned(), v])
+                .collect(),
+            tls: true,
+            ..ServerOptions::default()
+        })
+    }
+
+    fn files(&self, ca: &str) -> TlsFiles {
+        TlsFiles {
+            ca_file: Some(self.path(ca)),
+            client_cert: Some(ClientCertFiles {
+                cert_file: self.path("client.crt"),
+                key_file: self.path("client.key"),
+            }),
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_service_talks_tls_with_a_private_ca_and_a_client_certificate() {
+    let pki = Pki::make();
+    let redis = pki.redis();
+    let mut settings = test_settings(&redis);
+    assert!(settings.redis.url.starts_with("rediss://"));
+    settings.redis.tls = Some(pki.files("ca.crt"));
+    let app = Application::build(settings).await.unwrap();
+    let addr = app.grpc_addr();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(app.run_until_stopped(async {
+        let _ = stopped.await;
+    }));
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    wait_for_readiness(&channel, SERVING_STATUS).await;
+    let mut api = StickyRoutingClient::new(channel);
+    let reply = api
+        .record_outcome(outcome("m1", "c1", "GIGADAT", pb::Outcome::Success))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(reply.result, APPLIED);
+    let pin = api
+        .get_pin(pin_request("c1", &[]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(pin.connector, "GIGADAT");
+    let _ = stop.send(());
+    server.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn an_untrusted_redis_certificate_means_not_serving_and_a_log_line_saying_why() {
+    let pki = Pki::make();
+    let redis = pki.redis();
+    let vars = [
+        ("STICKY_ROUTING_REDIS_URL", redis.url()),
+        ("STICKY_ROUTING_REDIS_TLS_CA_FILE", pki.arg("other-ca.crt")),
+        ("STICKY_ROUTING_REDIS_TLS_CERT_FILE", pki.arg("client.crt")),
+        ("STICKY_ROUTING_REDIS_TLS_KEY_FILE", pki.arg("client.key")),
+    ];
+    let log = not_serving_log(&vars).await;
+    assert!(log.contains("redis connection failed"), "{log}");
+    assert!(
+        log.to_lowercase().contains("certificate"),
+        "the log does not say the certificate is the problem:\n{log}"
+    );
+}
+
+#[tokio::test]
+async fn a_wrong_password_means_not_serving_and_a_log_line_saying_why() {
+    let redis = RedisServer::start();
+    let vars = [
+        ("STICKY_ROUTING_REDIS_URL", redis.url()),
+        ("STICKY_ROUTING_REDIS_USERNAME", SERVICE_USER.to_owned()),
+        (
+            "STICKY_ROUTING_REDIS_PASSWORD",
+            "not-the-password".to_owned(),
+        ),
+    ];
+    let log = not_serving_log(&vars).await;
+    assert!(log.contains("redis connection failed"), "{log}");
+    assert!(
+        log.contains("WRONGPASS"),
+        "the log does not say why:\n{log}"
+    );
+    assert!(
+        !log.contains("not-the-password"),
+        "the password was logged:\n{log}"
+    );
+}
+
+const SERVING_STATUS: i32 = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
+const NOT_SERVING_STATUS: i32 =
+    tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
+
+/// Runs the binary with `vars`, checks that it comes up (liveness SERVING)
+/// within seconds but stays NOT_SERVING, and returns what it logged.
+async fn not_serving_log(vars: &[(&str, String)]) -> String {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut all = vec![
+        ("STICKY_ROUTING_LISTEN_ADDR", addr.clone()),
+        (
+            "STICKY_ROUTING_METRICS_ADDR",
+            format!("127.0.0.1:{}", free_port()),
+        ),
+    ];
+    all.extend_from_slice(vars);
+    let started = Instant::now();
+    let mut child = service_binary(&all)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let channel = loop {
+        if let Ok(channel) = Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+        {
+            break channel;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the service never listened"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(status(&channel, "").await, SERVING_STATUS, "liveness");
+    assert!(started.elapsed() < Duration::from_secs(10), "start-up hung");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        status(&channel, "sticky_routing.v1.StickyRouting").await,
+        NOT_SERVING_STATUS
+    );
+    child.start_kill().unwrap();
+    let mut log = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .await
+        .unwrap();
+    log
+}
+
+async fn status(channel: &Channel, service: &str) -> i32 {
+    let request = HealthCheckRequest {
+        service: service.into(),
+    };
+    HealthClient::new(channel.clone())
+        .check(request)
+        .await
+        .map_or(-1, |r| r.into_inner().status)
+}
+
+async fn wait_for_readiness(channel: &Channel, wanted: i32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while status(channel, "sticky_routing.v1.StickyRouting").await != wanted {
+        assert!(Instant::now() < deadline, "readiness never became {wanted}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
