@@ -1,0 +1,143 @@
+//! Failover under load, with no restart of the service: a Cluster primary
+//! killed outright, and a Sentinel-driven `SENTINEL FAILOVER`. Each test
+//! proves recovery within 5 s of the promotion and measures the calls that
+//! failed and the acknowledged increments that Redis's asynchronous
+//! replication lost. The figures are printed (`-- --nocapture`) and quoted
+//! in the README.
+
+use std::time::{Duration, Instant};
+
+use fred::prelude::HashesInterface;
+use tokio::sync::watch;
+
+use crate::helpers::*;
+use crate::load::{self, LoadReport};
+use crate::redis_cluster::role;
+
+const CUSTOMERS: usize = 300;
+const WORKERS: usize = 8;
+/// The contract: the service serves again within this of the promotion.
+const RECOVERY: Duration = Duration::from_secs(5);
+
+/// Settings as in production, but a 500 ms Redis timeout so a loaded test
+/// machine does not fail calls outside the failover.
+async fn app_on(topology: Topology) -> TestApp {
+    spawn_app_on(topology, |s| {
+        s.redis.command_timeout = Duration::from_millis(500);
+    })
+    .await
+}
+
+/// Polls `port` until it is a primary; returns when that was seen.
+async fn promoted(port: u16, within: Duration) -> Instant {
+    tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + within;
+        loop {
+            if role(port) == "master" {
+                return Instant::now();
+            }
+            assert!(Instant::now() < deadline, "{port} was never promoted");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+    .await
+    .unwrap()
+}
+
+/// Starts the load, runs `failover` one second in, keeps the load going
+/// until `RECOVERY` plus 3 s after the promotion it returns, then checks and
+/// reports.
+async fn under_load(
+    app: &mut TestApp,
+    name: &str,
+    failover: impl AsyncFnOnce(&mut TestApp) -> Instant,
+) {
+    let seeded = load::seed(app, CUSTOMERS).await;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let running = tokio::spawn(load::drive(app.api.clone(), WORKERS, CUSTOMERS, stop_rx));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let started = Instant::now();
+    let promoted_at = failover(app).await;
+    tokio::time::sleep_until((promoted_at + RECOVERY + Duration::from_secs(3)).into()).await;
+    stop_tx.send(true).unwrap();
+    let report = running.await.unwrap();
+
+    let last_failure = report.failures_at.iter().max().copied();
+    let late_successes = report
+        .successes_at
+        .iter()
+        .filter(|t| **t > promoted_at + RECOVERY)
+        .count();
+    let (acked, lost, extra) = reconcile(app, &seeded, &report).await;
+    println!(
+        "FAILOVER {name}: calls={} failed={} promotion_after={:?} last_failure_after_promotion={:?} \
+         acked_increments={acked} lost_acked={lost} unacked_applied={extra}",
+        report.ok + report.failed,
+        report.failed,
+        promoted_at - started,
+        last_failure.map(|t| t.saturating_duration_since(promoted_at)),
+    );
+    if let Some(last) = last_failure {
+        assert!(
+            last <= promoted_at + RECOVERY,
+            "{name}: a call failed {:?} after the promotion",
+            last - promoted_at
+        );
+    }
+    assert!(
+        late_successes > 100,
+        "{name}: the service did not serve after recovering"
+    );
+    app.assert_every_key_has_a_ttl().await;
+}
+
+/// Compares what the service acknowledged with what Redis kept. Returns
+/// (acknowledged, lost acknowledged, applied though unacknowledged).
+async fn reconcile(app: &TestApp, seeded: &LoadReport, report: &LoadReport) -> (i64, i64, i64) {
+    let (mut acked_total, mut lost, mut extra) = (0, 0, 0);
+    for i in 0..CUSTOMERS {
+        let acked =
+            seeded.acked.get(&i).copied().unwrap_or(0) + report.acked.get(&i).copied().unwrap_or(0);
+        let unknown = report.unknown.get(&i).copied().unwrap_or(0);
+        let key = format!("sticky_gw_m1_{}", load::customer(i));
+        let stored: Option<i64> = app.inspect.hget(&key, "INTERAC:RTP:GIGADAT").await.unwrap();
+        let stored = stored.unwrap_or(0);
+        assert!(
+            stored <= acked + unknown,
+            "{key}: {stored} stored, but only {acked} acknowledged and {unknown} unknown"
+        );
+        acked_total += acked;
+        lost += (acked - stored).max(0);
+        extra += (stored - acked).max(0);
+    }
+    (acked_total, lost, extra)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_cluster_primary_is_replaced_without_restarting_the_service() {
+    let mut app = app_on(Topology::Cluster).await;
+    under_load(
+        &mut app,
+        "cluster kill -9 primary",
+        async |app: &mut TestApp| {
+            let cluster = app.redis.cluster();
+            let victim = cluster.primaries()[0];
+            let heir = cluster.replica_of(victim);
+            cluster.node(victim).stop();
+            promoted(heir, Duration::from_secs(20)).await
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_failover_is_followed_without_restarting_the_service() {
+    let mut app = app_on(Topology::Sentinel).await;
+    under_load(&mut app, "sentinel failover", async |app: &mut TestApp| {
+        let sentinel = app.redis.sentinel();
+        let heir = sentinel.replica.port;
+        sentinel.failover();
+        promoted(heir, Duration::from_secs(20)).await
+    })
+    .await;
+}

@@ -1,0 +1,118 @@
+//! A primary, its replica and one Sentinel watching them, from Debian's
+//! redis-server (`--sentinel` mode; the sentinel needs a writable config
+//! file, so it lives in a temporary folder).
+//!
+//! One sentinel with quorum 1 is enough to test the service: `SENTINEL
+//! FAILOVER` needs no agreement, and the service's side (asking Sentinel for
+//! the primary and following a switch) is the same with three.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::redis_cluster::role;
+use crate::redis_server::{RedisServer, ServerOptions, free_port, redis_cli};
+
+/// The name Sentinel monitors the primary under.
+pub const SERVICE_NAME: &str = "sticky";
+
+pub struct RedisSentinel {
+    pub primary: RedisServer,
+    pub replica: RedisServer,
+    sentinel: Child,
+    pub sentinel_port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisSentinel {
+    pub fn start() -> Self {
+        let primary = RedisServer::start();
+        let replica = RedisServer::start_with(ServerOptions {
+            args: vec![
+                "--replicaof".into(),
+                "127.0.0.1".into(),
+                primary.port.to_string(),
+                "--repl-diskless-sync-delay".into(),
+                "0".into(),
+            ],
+            ..ServerOptions::default()
+        });
+        wait_until(Duration::from_secs(10), "the replica never synced", || {
+            redis_cli(replica.port, &["info", "replication"]).contains("master_link_status:up")
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let sentinel_port = free_port();
+        let config = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &config,
+            format!(
+                "port {sentinel_port}\nbind 127.0.0.1\ndir {dir}\n\
+                 sentinel monitor {SERVICE_NAME} 127.0.0.1 {primary} 1\n\
+                 sentinel down-after-milliseconds {SERVICE_NAME} 1000\n\
+                 sentinel failover-timeout {SERVICE_NAME} 5000\n",
+                dir = dir.path().display(),
+                primary = primary.port,
+            ),
+        )
+        .unwrap();
+        let sentinel = Command::new("redis-server")
+            .arg(&config)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be on PATH");
+        let set = Self {
+            primary,
+            replica,
+            sentinel,
+            sentinel_port,
+            _dir: dir,
+        };
+        wait_until(
+            Duration::from_secs(15),
+            "sentinel never found the replica",
+            || {
+                redis_cli(sentinel_port, &["sentinel", "replicas", SERVICE_NAME])
+                    .contains(&set.replica.port.to_string())
+            },
+        );
+        set
+    }
+
+    /// The URL an operator gives the service: the sentinel and the name.
+    pub fn url(&self) -> String {
+        format!(
+            "redis-sentinel://127.0.0.1:{}?sentinelServiceName={SERVICE_NAME}",
+            self.sentinel_port
+        )
+    }
+
+    /// The server that is primary now.
+    pub fn current_primary(&self) -> u16 {
+        [self.primary.port, self.replica.port]
+            .into_iter()
+            .find(|port| role(*port) == "master")
+            .expect("one of the two is primary")
+    }
+
+    /// Asks Sentinel to fail over now.
+    pub fn failover(&self) {
+        let reply = redis_cli(self.sentinel_port, &["sentinel", "failover", SERVICE_NAME]);
+        assert!(reply.contains("OK"), "SENTINEL FAILOVER said {reply}");
+    }
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        let _ = self.sentinel.kill();
+        let _ = self.sentinel.wait();
+    }
+}
+
+fn wait_until(within: Duration, what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !ready() {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
