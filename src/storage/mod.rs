@@ -7,6 +7,7 @@
 
 mod error;
 pub mod scripts;
+mod sentinel_watch;
 mod store;
 pub mod tls;
 

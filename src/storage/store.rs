@@ -27,6 +27,8 @@ pub struct RedisStore {
     /// The latest connection error (refused, wrong password, untrusted
     /// certificate), so readiness can say why Redis does not answer.
     connection_problem: Arc<Mutex<Option<String>>>,
+    /// Behind Sentinel: the task that follows failovers (sentinel_watch).
+    sentinel_watch: Option<Arc<tokio::task::JoinHandle<()>>>,
 }
 
 /// One success write, as the record_success script takes it.
@@ -80,7 +82,7 @@ impl RedisStore {
         }
         // Keep retrying the first connection too, rather than giving up.
         config.fail_fast = false;
-        let pool = Builder::from_config(config)
+        let pool = Builder::from_config(config.clone())
             .with_connection_config(|c| {
                 // One attempt: a command whose connection died in flight may
                 // have run; resending it could apply a write twice.
@@ -104,12 +106,16 @@ impl RedisStore {
         }
         // The connection tasks run until `quit`; their handles are not needed.
         drop(pool.connect_pool());
+        let sentinel_watch = super::sentinel_watch::spawn(&config, pool.clone())
+            .map_err(|e| StorageError::Unavailable(format!("sentinel: {e}")))?
+            .map(Arc::new);
         Ok(Self {
             pool,
             scripts: Arc::new(Scripts::new()),
             rules: Arc::new(rules.clone()),
             command_timeout: redis.command_timeout,
             connection_problem,
+            sentinel_watch,
         })
     }
 
@@ -142,6 +148,9 @@ impl RedisStore {
 
     /// Closes the pool's connections.
     pub async fn quit(&self) {
+        if let Some(watch) = &self.sentinel_watch {
+            watch.abort();
+        }
         let _ = self.pool.quit().await;
     }
 

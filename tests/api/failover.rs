@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use crate::helpers::*;
 use crate::load::{self, LoadReport};
 use crate::redis_cluster::role;
+use crate::redis_server::redis_cli;
 
 const CUSTOMERS: usize = 300;
 const WORKERS: usize = 8;
@@ -45,19 +46,20 @@ async fn promoted(port: u16, within: Duration) -> Instant {
 }
 
 /// Starts the load, runs `failover` one second in, keeps the load going
-/// until `RECOVERY` plus 3 s after the promotion it returns, then checks and
-/// reports.
+/// until `RECOVERY` plus 3 s after the promotion it returns (with the port
+/// of the promoted replica), then checks and reports.
 async fn under_load(
     app: &mut TestApp,
     name: &str,
-    failover: impl AsyncFnOnce(&mut TestApp) -> Instant,
+    failover: impl AsyncFnOnce(&mut TestApp) -> (Instant, u16),
 ) {
     let seeded = load::seed(app, CUSTOMERS).await;
     let (stop_tx, stop_rx) = watch::channel(false);
     let running = tokio::spawn(load::drive(app.api.clone(), WORKERS, CUSTOMERS, stop_rx));
     tokio::time::sleep(Duration::from_secs(1)).await;
     let started = Instant::now();
-    let promoted_at = failover(app).await;
+    let (promoted_at, heir) = failover(app).await;
+    let switched_at = first_service_traffic(heir, promoted_at + Duration::from_secs(15)).await;
     tokio::time::sleep_until((promoted_at + RECOVERY + Duration::from_secs(3)).into()).await;
     stop_tx.send(true).unwrap();
     let report = running.await.unwrap();
@@ -68,14 +70,30 @@ async fn under_load(
         .iter()
         .filter(|t| **t > promoted_at + RECOVERY)
         .count();
-    let (acked, lost, extra) = reconcile(app, &seeded, &report).await;
+    // The new primary is the truth: behind Sentinel, the old one still
+    // holds what it acknowledged after the promotion, until it is demoted.
+    let truth = match app.redis {
+        TestRedis::Sentinel(_) => app.node(heir).await,
+        _ => app.inspect.clone(),
+    };
+    let (acked, lost, extra) = reconcile(&truth, &seeded, &report).await;
+    // A promoted replica never saw SCRIPT LOAD (Redis does not replicate
+    // it): the service met NOSCRIPT there and reloaded by EVAL.
+    let noscript = noscript_replies(heir);
     println!(
-        "FAILOVER {name}: calls={} failed={} promotion_after={:?} last_failure_after_promotion={:?} \
-         acked_increments={acked} lost_acked={lost} unacked_applied={extra}",
+        "FAILOVER {name}: calls={} failed={} promotion_after={:?} service_on_new_primary_after_promotion={:?} \
+         last_failure_after_promotion={:?} acked_increments={acked} lost_acked={lost} \
+         unacked_applied={extra} noscript_on_new_primary={noscript}",
         report.ok + report.failed,
         report.failed,
         promoted_at - started,
+        switched_at.saturating_duration_since(promoted_at),
         last_failure.map(|t| t.saturating_duration_since(promoted_at)),
+    );
+    assert!(
+        switched_at <= promoted_at + RECOVERY,
+        "{name}: the service reached the new primary {:?} after its promotion",
+        switched_at - promoted_at
     );
     if let Some(last) = last_failure {
         assert!(
@@ -91,16 +109,51 @@ async fn under_load(
     app.assert_every_key_has_a_ttl().await;
 }
 
+/// When the service's first call reached `port` (the promoted replica had
+/// none from clients before: replication does not count as calls of these).
+async fn first_service_traffic(port: u16, deadline: Instant) -> Instant {
+    tokio::task::spawn_blocking(move || {
+        loop {
+            let stats = redis_cli(port, &["info", "commandstats"]);
+            let served = ["cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_hgetall:"]
+                .iter()
+                .any(|name| stats.contains(name));
+            if served {
+                return Instant::now();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the service never reached {port}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+    .await
+    .unwrap()
+}
+
+/// How many NOSCRIPT errors `port` has replied since it started.
+fn noscript_replies(port: u16) -> u64 {
+    redis_cli(port, &["info", "errorstats"])
+        .lines()
+        .find_map(|line| line.strip_prefix("errorstat_NOSCRIPT:count="))
+        .map_or(0, |count| count.trim().parse().unwrap())
+}
+
 /// Compares what the service acknowledged with what Redis kept. Returns
 /// (acknowledged, lost acknowledged, applied though unacknowledged).
-async fn reconcile(app: &TestApp, seeded: &LoadReport, report: &LoadReport) -> (i64, i64, i64) {
+async fn reconcile(
+    truth: &fred::prelude::Client,
+    seeded: &LoadReport,
+    report: &LoadReport,
+) -> (i64, i64, i64) {
     let (mut acked_total, mut lost, mut extra) = (0, 0, 0);
     for i in 0..CUSTOMERS {
         let acked =
             seeded.acked.get(&i).copied().unwrap_or(0) + report.acked.get(&i).copied().unwrap_or(0);
         let unknown = report.unknown.get(&i).copied().unwrap_or(0);
         let key = format!("sticky_gw_m1_{}", load::customer(i));
-        let stored: Option<i64> = app.inspect.hget(&key, "INTERAC:RTP:GIGADAT").await.unwrap();
+        let stored: Option<i64> = truth.hget(&key, "INTERAC:RTP:GIGADAT").await.unwrap();
         let stored = stored.unwrap_or(0);
         assert!(
             stored <= acked + unknown,
@@ -124,7 +177,7 @@ async fn a_killed_cluster_primary_is_replaced_without_restarting_the_service() {
             let victim = cluster.primaries()[0];
             let heir = cluster.replica_of(victim);
             cluster.node(victim).stop();
-            promoted(heir, Duration::from_secs(20)).await
+            (promoted(heir, Duration::from_secs(20)).await, heir)
         },
     )
     .await;
@@ -137,7 +190,7 @@ async fn a_sentinel_failover_is_followed_without_restarting_the_service() {
         let sentinel = app.redis.sentinel();
         let heir = sentinel.replica.port;
         sentinel.failover();
-        promoted(heir, Duration::from_secs(20)).await
+        (promoted(heir, Duration::from_secs(20)).await, heir)
     })
     .await;
 }

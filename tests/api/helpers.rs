@@ -267,7 +267,7 @@ impl TestApp {
     }
 
     /// A connection as `default` to one node, for per-node commands.
-    async fn node(&self, port: u16) -> Client {
+    pub async fn node(&self, port: u16) -> Client {
         let client =
             Builder::from_config(Config::from_url(&format!("redis://127.0.0.1:{port}")).unwrap())
                 .build()
