@@ -1,6 +1,7 @@
-//! A primary, its replica and one Sentinel watching them, from Debian's
+//! A primary, two replicas and one Sentinel watching them, from Debian's
 //! redis-server (`--sentinel` mode; the sentinel needs a writable config
-//! file, so it lives in a temporary folder).
+//! file, so it lives in a temporary folder). Two replicas, because after a
+//! failover the new primary must still have one for WAIT to confirm.
 //!
 //! One sentinel with quorum 1 is enough to test the service: `SENTINEL
 //! FAILOVER` needs no agreement, and the service's side (asking Sentinel for
@@ -17,7 +18,7 @@ pub const SERVICE_NAME: &str = "sticky";
 
 pub struct RedisSentinel {
     pub primary: RedisServer,
-    pub replica: RedisServer,
+    pub replicas: Vec<RedisServer>,
     sentinel: Child,
     pub sentinel_port: u16,
     _dir: tempfile::TempDir,
@@ -26,19 +27,23 @@ pub struct RedisSentinel {
 impl RedisSentinel {
     pub fn start() -> Self {
         let primary = RedisServer::start();
-        let replica = RedisServer::start_with(ServerOptions {
-            args: vec![
-                "--replicaof".into(),
-                "127.0.0.1".into(),
-                primary.port.to_string(),
-                "--repl-diskless-sync-delay".into(),
-                "0".into(),
-            ],
-            ..ServerOptions::default()
-        });
-        wait_until(Duration::from_secs(10), "the replica never synced", || {
-            redis_cli(replica.port, &["info", "replication"]).contains("master_link_status:up")
-        });
+        let replicas: Vec<RedisServer> = (0..2)
+            .map(|_| {
+                RedisServer::start_with(ServerOptions {
+                    args: vec![
+                        "--replicaof".into(),
+                        "127.0.0.1".into(),
+                        primary.port.to_string(),
+                    ],
+                    ..ServerOptions::default()
+                })
+            })
+            .collect();
+        for replica in &replicas {
+            wait_until(Duration::from_secs(15), "a replica never synced", || {
+                redis_cli(replica.port, &["info", "replication"]).contains("master_link_status:up")
+            });
+        }
         let dir = tempfile::tempdir().unwrap();
         let sentinel_port = free_port();
         let config = dir.path().join("sentinel.conf");
@@ -63,17 +68,19 @@ impl RedisSentinel {
             .expect("redis-server must be on PATH");
         let set = Self {
             primary,
-            replica,
+            replicas,
             sentinel,
             sentinel_port,
             _dir: dir,
         };
         wait_until(
-            Duration::from_secs(15),
-            "sentinel never found the replica",
+            Duration::from_secs(20),
+            "sentinel never found the replicas",
             || {
-                redis_cli(sentinel_port, &["sentinel", "replicas", SERVICE_NAME])
-                    .contains(&set.replica.port.to_string())
+                let known = redis_cli(sentinel_port, &["sentinel", "replicas", SERVICE_NAME]);
+                set.replicas
+                    .iter()
+                    .all(|r| known.contains(&r.port.to_string()))
             },
         );
         set
@@ -89,10 +96,13 @@ impl RedisSentinel {
 
     /// The server that is primary now.
     pub fn current_primary(&self) -> u16 {
-        [self.primary.port, self.replica.port]
-            .into_iter()
+        self.ports()
             .find(|port| role(*port) == "master")
-            .expect("one of the two is primary")
+            .expect("one server is primary")
+    }
+
+    pub fn ports(&self) -> impl Iterator<Item = u16> + '_ {
+        std::iter::once(self.primary.port).chain(self.replicas.iter().map(|r| r.port))
     }
 
     /// Asks Sentinel to fail over now.
