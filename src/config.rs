@@ -342,6 +342,26 @@ mod tests {
     }
 
     #[test]
+    fn help_names_the_secret_settings_but_never_their_values() {
+        let secrets = env(&[
+            ("STICKY_ROUTING_REDIS_PASSWORD", "hunter2"),
+            ("STICKY_ROUTING_REDIS_URL", "redis://u:s3cret@h:6379"),
+        ]);
+        let Ok(CommandLine::Exit(help)) = parse_command_line(&["--help".to_owned()], &secrets)
+        else {
+            panic!("--help does not print help");
+        };
+        assert!(
+            help.contains("STICKY_ROUTING_REDIS_PASSWORD[_FILE]"),
+            "{help}"
+        );
+        assert!(
+            !help.contains("hunter2") && !help.contains("s3cret"),
+            "{help}"
+        );
+    }
+
+    #[test]
     fn unknown_variables_are_found_and_known_ones_are_not() {
         let names = [
             "STICKY_ROUTING_KEY_TLL",

@@ -10,6 +10,8 @@ use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
+use rstest::rstest;
+
 use crate::helpers::*;
 
 /// A valid RecordOutcome, for a case to spoil one field of.
@@ -123,9 +125,12 @@ async fn assert_nothing_written(app: &TestApp) {
     );
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn bad_record_outcome_fields_are_rejected_by_name() {
-    let app = spawn_app().await;
+async fn bad_record_outcome_fields_are_rejected_by_name(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |_| {}).await;
     // Each case runs as a success and as a gateway failure, with nothing
     // arranged beforehand, so any write at all would show.
     let mut cases: Vec<(String, String, pb::RecordOutcomeRequest)> = Vec::new();
@@ -166,9 +171,12 @@ async fn bad_record_outcome_fields_are_rejected_by_name() {
     assert_nothing_written(&app).await;
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn a_field_over_64_bytes_is_rejected_even_when_each_part_fits() {
-    let app = spawn_app().await;
+async fn a_field_over_64_bytes_is_rejected_even_when_each_part_fits(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |_| {}).await;
     for kind in [pb::Outcome::Success, pb::Outcome::GatewayFailure] {
         let mut request = good(kind);
         // 30 + ':' + 30 + ':' + 10 = 72 bytes, every part within 64.
@@ -187,9 +195,12 @@ async fn a_field_over_64_bytes_is_rejected_even_when_each_part_fits() {
     assert_nothing_written(&app).await;
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn bad_get_pin_requests_are_rejected_by_name() {
-    let app = spawn_app().await;
+async fn bad_get_pin_requests_are_rejected_by_name(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |_| {}).await;
     let mut cases: Vec<(String, String, pb::GetPinRequest)> = Vec::new();
     let mut case = |label: String, field: &str, edit: &dyn Fn(&mut pb::GetPinRequest)| {
         let mut request = pin_request("c1", &[]);
@@ -226,9 +237,12 @@ async fn bad_get_pin_requests_are_rejected_by_name() {
     assert_nothing_written(&app).await;
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn bad_ids_are_rejected_by_get_habits_and_forget_customer() {
-    let app = spawn_app().await;
+async fn bad_ids_are_rejected_by_get_habits_and_forget_customer(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |_| {}).await;
     app.success("c1", "GIGADAT").await;
     let before = app.keys().await;
     for (label, id) in bad_ids() {
@@ -257,9 +271,12 @@ async fn bad_ids_are_rejected_by_get_habits_and_forget_customer() {
     );
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn valid_edge_cases_are_accepted() {
-    let app = spawn_app().await;
+async fn valid_edge_cases_are_accepted(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |_| {}).await;
     let (long_merchant, long_customer) = ("m".repeat(128), "c".repeat(128));
     let request = outcome(
         &long_merchant,
