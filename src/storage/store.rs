@@ -10,6 +10,7 @@ use fred::prelude::{Builder, Config, Error, Options, ReconnectPolicy, Value};
 
 use super::StorageError;
 use super::scripts::{LuaScript, Scripts};
+use super::sentinel_watch::SentinelWatch;
 use crate::config::{RedisSettings, RuleSettings};
 use crate::domain::admission::{Decision, WindowCounters};
 use crate::domain::combo::Combo;
@@ -27,8 +28,8 @@ pub struct RedisStore {
     /// The latest connection error (refused, wrong password, untrusted
     /// certificate), so readiness can say why Redis does not answer.
     connection_problem: Arc<Mutex<Option<String>>>,
-    /// Behind Sentinel: the task that follows failovers (sentinel_watch).
-    sentinel_watch: Option<Arc<tokio::task::JoinHandle<()>>>,
+    /// Behind Sentinel: follows failovers and fences writes during them.
+    sentinel_watch: Option<Arc<SentinelWatch>>,
 }
 
 /// One success write, as the record_success script takes it.
@@ -149,7 +150,7 @@ impl RedisStore {
     /// Closes the pool's connections.
     pub async fn quit(&self) {
         if let Some(watch) = &self.sentinel_watch {
-            watch.abort();
+            watch.stop();
         }
         let _ = self.pool.quit().await;
     }
@@ -255,7 +256,7 @@ impl RedisStore {
         customer: &CustomerId,
         deadline: Instant,
     ) -> Result<bool, StorageError> {
-        let call = self.call(deadline)?;
+        let call = self.write_call(deadline)?;
         let deleted: i64 = call
             .client
             .del(keys::customer_key(merchant, customer))
@@ -347,7 +348,8 @@ impl RedisStore {
         }
     }
 
-    /// Runs one of the scripts; they all reply with a list of integers.
+    /// Runs one of the scripts; they all write, and all reply with a list
+    /// of integers.
     async fn run_script(
         &self,
         script: &LuaScript,
@@ -355,11 +357,27 @@ impl RedisStore {
         args: Vec<Value>,
         deadline: Instant,
     ) -> Result<Vec<i64>, StorageError> {
-        let call = self.call(deadline)?;
+        let call = self.write_call(deadline)?;
         script
             .run(&call.client, key, args)
             .await
             .map_err(|e| call.error(&e))
+    }
+
+    /// [`Self::call`] for a write: refused while a Sentinel failover is
+    /// under way, because the primary it would reach is about to discard it.
+    fn write_call(&self, deadline: Instant) -> Result<Call, StorageError> {
+        if self
+            .sentinel_watch
+            .as_ref()
+            .is_some_and(|watch| watch.fence.is_up())
+        {
+            return Err(StorageError::Unavailable(
+                "a Sentinel failover is under way; writes resume once the new primary is reached"
+                    .into(),
+            ));
+        }
+        self.call(deadline)
     }
 
     /// A pooled client whose options bound this call by the command timeout
