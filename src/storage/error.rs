@@ -20,8 +20,13 @@ pub enum StorageError {
     Unexpected(String),
 }
 
-/// Redis error replies that mean "not now" rather than "wrong".
+/// Redis error replies that mean "not now" rather than "wrong": the server
+/// is busy or failing over, or refuses the service's user (a deployment to
+/// fix, not a bug in the service).
 const TRANSIENT_REPLIES: &[&str] = &[
+    "NOPERM",
+    "NOAUTH",
+    "WRONGPASS",
     "LOADING",
     "BUSY",
     "READONLY",
@@ -82,6 +87,14 @@ mod tests {
             ErrorKind::Unknown,
             "LOADING Redis is loading the dataset in memory",
         );
+        let noperm = Error::new(
+            ErrorKind::Unknown,
+            "NOPERM User sticky-routing has no permissions to run the 'hset' command",
+        );
+        assert!(matches!(
+            StorageError::from_redis(&noperm, false, t),
+            StorageError::Unavailable(_)
+        ));
         let wrongtype = Error::new(
             ErrorKind::Unknown,
             "WRONGTYPE Operation against a key holding the wrong kind of value",
