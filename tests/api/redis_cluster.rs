@@ -13,16 +13,38 @@ use crate::redis_server::{RedisServer, ServerOptions, redis_cli};
 
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
+    /// With TLS: each node's TLS port, in `nodes` order. The plain ports stay
+    /// open for the harness's redis-cli; the service gets only TLS ports
+    /// (CLUSTER SLOTS over TLS announces them, with `tls-cluster yes`).
+    tls_ports: Vec<u16>,
     /// nodes.conf files live here until the cluster is dropped.
     _dir: tempfile::TempDir,
 }
 
 impl RedisCluster {
     pub fn start() -> Self {
+        Self::start_with_tls(None)
+    }
+
+    /// A cluster whose nodes also serve TLS, on a port of their own, with
+    /// `tls_args` (certificate files); the bus and replication use TLS too.
+    pub fn start_with_tls(tls_args: Option<Vec<String>>) -> Self {
         let dir = tempfile::tempdir().unwrap();
+        let mut tls_ports = Vec::new();
         let nodes: Vec<RedisServer> = (0..6)
             .map(|i| {
                 let config = dir.path().join(format!("nodes-{i}.conf"));
+                let mut tls = Vec::new();
+                if let Some(args) = &tls_args {
+                    let port = crate::redis_server::free_port();
+                    tls_ports.push(port);
+                    tls.extend(args.iter().cloned());
+                    tls.extend(
+                        ["--tls-port", &port.to_string(), "--tls-cluster", "yes"]
+                            .map(str::to_owned),
+                    );
+                    tls.extend(["--tls-replication", "yes"].map(str::to_owned));
+                }
                 RedisServer::start_with(ServerOptions {
                     args: [
                         "--cluster-enabled",
@@ -37,7 +59,9 @@ impl RedisCluster {
                         "0",
                     ]
                     .map(str::to_owned)
-                    .to_vec(),
+                    .into_iter()
+                    .chain(tls)
+                    .collect(),
                     cluster_bus: true,
                     ..ServerOptions::default()
                 })
@@ -59,23 +83,29 @@ impl RedisCluster {
             "redis-cli --cluster create failed: {}",
             String::from_utf8_lossy(&output.stdout)
         );
-        let cluster = Self { nodes, _dir: dir };
+        let cluster = Self {
+            nodes,
+            tls_ports,
+            _dir: dir,
+        };
         cluster.wait_until_healthy(Duration::from_secs(20));
         cluster
     }
 
-    /// A seed URL naming every node, as an operator would configure it.
+    /// A seed URL naming every node, as an operator would configure it
+    /// (`rediss-cluster://` and the TLS ports for a TLS cluster).
     pub fn url(&self) -> String {
-        let (first, rest) = self.nodes.split_first().unwrap();
+        let (scheme, ports): (&str, Vec<u16>) = if self.tls_ports.is_empty() {
+            ("redis-cluster", self.nodes.iter().map(|n| n.port).collect())
+        } else {
+            ("rediss-cluster", self.tls_ports.clone())
+        };
+        let (first, rest) = ports.split_first().unwrap();
         let others: Vec<String> = rest
             .iter()
-            .map(|n| format!("node=127.0.0.1:{}", n.port))
+            .map(|port| format!("node=127.0.0.1:{port}"))
             .collect();
-        format!(
-            "redis-cluster://127.0.0.1:{}?{}",
-            first.port,
-            others.join("&")
-        )
+        format!("{scheme}://127.0.0.1:{first}?{}", others.join("&"))
     }
 
     /// The running nodes that are primaries now.

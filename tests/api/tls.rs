@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sticky_routing::config::{ClientCertFiles, TlsFiles};
+use sticky_routing::config::{ClientCertFiles, Settings, TlsFiles};
 use sticky_routing::startup::Application;
 use sticky_routing::transport::pb;
 use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
@@ -126,19 +126,24 @@ impl Pki {
         self.path(name).to_str().unwrap().to_owned()
     }
 
-    /// Redis on TLS only, requiring a client certificate from our CA.
-    fn redis(&self) -> RedisServer {
+    /// redis-server arguments for TLS with our CA, requiring a client
+    /// certificate from it.
+    fn server_args(&self) -> Vec<String> {
         let args = [
             ("--tls-cert-file", self.arg("server.crt")),
             ("--tls-key-file", self.arg("server.key")),
             ("--tls-ca-cert-file", self.arg("ca.crt")),
             ("--tls-auth-clients", "yes".into()),
         ];
+        args.into_iter()
+            .flat_map(|(k, v)| [k.to_owned(), v])
+            .collect()
+    }
+
+    /// Redis on TLS only.
+    fn redis(&self) -> RedisServer {
         RedisServer::start_with(ServerOptions {
-            args: args
-                .into_iter()
-                .flat_map(|(k, v)| [k.to_owned(), v])
-                .collect(),
+            args: self.server_args(),
             tls: true,
             ..ServerOptions::default()
         })
@@ -159,8 +164,22 @@ impl Pki {
 async fn the_service_talks_tls_with_a_private_ca_and_a_client_certificate() {
     let pki = Pki::make();
     let redis = pki.redis();
-    let mut settings = test_settings(&redis);
-    assert!(settings.redis.url.starts_with("rediss://"));
+    assert!(redis.url().starts_with("rediss://"));
+    serves_through(test_settings(&redis), &pki, 1).await;
+}
+
+#[tokio::test]
+async fn the_service_talks_tls_to_a_cluster() {
+    let pki = Pki::make();
+    let cluster = RedisCluster::start_with_tls(Some(pki.server_args()));
+    assert!(cluster.url().starts_with("rediss-cluster://"));
+    // Enough customers to reach every shard.
+    serves_through(test_settings_for(cluster.url()), &pki, 30).await;
+}
+
+/// Builds the service with `settings` and the PKI's trust and identity,
+/// and records and reads `customers` customers through it.
+async fn serves_through(mut settings: Settings, pki: &Pki, customers: usize) {
     settings.redis.tls = Some(pki.files("ca.crt"));
     let app = Application::build(settings).await.unwrap();
     let addr = app.grpc_addr();
@@ -175,18 +194,14 @@ async fn the_service_talks_tls_with_a_private_ca_and_a_client_certificate() {
         .unwrap();
     wait_for_readiness(&channel, SERVING_STATUS).await;
     let mut api = StickyRoutingClient::new(channel);
-    let reply = api
-        .record_outcome(outcome("m1", "c1", "GIGADAT", pb::Outcome::Success))
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(reply.result, APPLIED);
-    let pin = api
-        .get_pin(pin_request("c1", &[]))
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(pin.connector, "GIGADAT");
+    for i in 0..customers {
+        let customer = format!("c{i}");
+        let request = outcome("m1", &customer, "GIGADAT", pb::Outcome::Success);
+        let reply = api.record_outcome(request).await.unwrap().into_inner();
+        assert_eq!(reply.result, APPLIED);
+        let pin = api.get_pin(pin_request(&customer, &[])).await.unwrap();
+        assert_eq!(pin.into_inner().connector, "GIGADAT");
+    }
     let _ = stop.send(());
     server.await.unwrap().unwrap();
 }
