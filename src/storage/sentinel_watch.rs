@@ -220,7 +220,15 @@ async fn listen(
         .chain(ABORTS)
         .copied()
         .collect();
-    while events.subscribe(channels.clone()).await.is_err() {
+    let mut warned = false;
+    while let Err(error) = events.subscribe(channels.clone()).await {
+        if !warned {
+            tracing::warn!(
+                %error,
+                "cannot subscribe to sentinel's failover events (retrying): until then writes are not fenced during a failover"
+            );
+            warned = true;
+        }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     loop {

@@ -203,4 +203,9 @@ async fn a_sentinel_failover_is_followed_without_restarting_the_service() {
     // the service reaches the new primary, so the old primary acknowledges
     // nothing that its resync will discard.
     assert_eq!(lost, 0, "acknowledged increments were lost");
+    let denials = app.redis.sentinel().acl_denials();
+    assert!(
+        denials.trim().is_empty(),
+        "the sentinel refused the service's user: {denials}"
+    );
 }

@@ -11,7 +11,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::redis_cluster::role;
-use crate::redis_server::{RedisServer, ServerOptions, free_port, redis_cli};
+use crate::redis_server::{
+    RedisServer, SERVICE_PASSWORD, SERVICE_USER, ServerOptions, free_port, redis_cli,
+};
 
 /// The name Sentinel monitors the primary under.
 pub const SERVICE_NAME: &str = "sticky";
@@ -53,9 +55,11 @@ impl RedisSentinel {
                 "port {sentinel_port}\nbind 127.0.0.1\ndir {dir}\n\
                  sentinel monitor {SERVICE_NAME} 127.0.0.1 {primary} 1\n\
                  sentinel down-after-milliseconds {SERVICE_NAME} 1000\n\
-                 sentinel failover-timeout {SERVICE_NAME} 5000\n",
+                 sentinel failover-timeout {SERVICE_NAME} 5000\n\
+                 user {SERVICE_USER} on >{SERVICE_PASSWORD} {rules}\n",
                 dir = dir.path().display(),
                 primary = primary.port,
+                rules = sentinel_acl_rules(),
             ),
         )
         .unwrap();
@@ -86,12 +90,20 @@ impl RedisSentinel {
         set
     }
 
-    /// The URL an operator gives the service: the sentinel and the name.
+    /// The URL an operator gives the service: the sentinel, the name, and
+    /// the service's sentinel user (the data nodes' user comes from the
+    /// settings, as everywhere in the tests).
     pub fn url(&self) -> String {
         format!(
-            "redis-sentinel://127.0.0.1:{}?sentinelServiceName={SERVICE_NAME}",
+            "redis-sentinel://127.0.0.1:{}?sentinelServiceName={SERVICE_NAME}\
+             &sentinelUsername={SERVICE_USER}&sentinelPassword={SERVICE_PASSWORD}",
             self.sentinel_port
         )
+    }
+
+    /// What the sentinel refused its users (ACL LOG); empty when nothing.
+    pub fn acl_denials(&self) -> String {
+        redis_cli(self.sentinel_port, &["acl", "log"])
     }
 
     /// The server that is primary now.
@@ -117,6 +129,15 @@ impl Drop for RedisSentinel {
         let _ = self.sentinel.kill();
         let _ = self.sentinel.wait();
     }
+}
+
+/// The sentinel user's rules the README documents (deploy/sentinel-acl.txt).
+fn sentinel_acl_rules() -> String {
+    include_str!("../../deploy/sentinel-acl.txt")
+        .lines()
+        .filter(|line| !line.trim_start().starts_with('#'))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn wait_until(within: Duration, what: &str, mut ready: impl FnMut() -> bool) {
