@@ -18,6 +18,9 @@ use tonic_health::pb::health_client::HealthClient;
 use crate::helpers::*;
 use crate::redis_server::ServerOptions;
 
+/// P-256 keys: quick to make, and rustls takes them.
+const CURVE: &str = "ec_paramgen_curve:prime256v1";
+
 /// A private CA, a server and a client certificate it signed, and a second
 /// CA that signed nothing here.
 struct Pki {
@@ -29,72 +32,36 @@ impl Pki {
         let pki = Self {
             dir: tempfile::tempdir().unwrap(),
         };
-        pki.openssl(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=sticky-test-ca",
-        ]);
-        pki.openssl(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            "other-ca.key",
-            "-out",
-            "other-ca.crt",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=some-other-ca",
-        ]);
+        pki.self_signed_ca("ca", "sticky-test-ca");
+        pki.self_signed_ca("other-ca", "some-other-ca");
         std::fs::write(
             pki.path("san.ext"),
             "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
         )
         .unwrap();
         for name in ["server", "client"] {
+            let (key, csr, crt) = (
+                format!("{name}.key"),
+                format!("{name}.csr"),
+                format!("{name}.crt"),
+            );
+            let subject = format!("/CN={name}");
             pki.openssl(&[
-                "req",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-keyout",
-                &format!("{name}.key"),
-                "-out",
-                &format!("{name}.csr"),
-                "-subj",
-                &format!("/CN={name}"),
+                "req", "-newkey", "ec", "-pkeyopt", CURVE, "-nodes", "-keyout", &key, "-out", &csr,
+                "-subj", &subject,
             ]);
             pki.openssl(&[
                 "x509",
                 "-req",
                 "-in",
-                &format!("{name}.csr"),
+                &csr,
                 "-CA",
                 "ca.crt",
                 "-CAkey",
                 "ca.key",
                 "-CAcreateserial",
                 "-out",
-                &format!("{name}.crt"),
+                &crt,
                 "-days",
                 "1",
                 "-extfile",
@@ -102,6 +69,19 @@ impl Pki {
             ]);
         }
         pki
+    }
+
+    /// `{name}.crt` and `{name}.key`: a CA valid for a day.
+    fn self_signed_ca(&self, name: &str, common_name: &str) {
+        let (key, crt, subject) = (
+            format!("{name}.key"),
+            format!("{name}.crt"),
+            format!("/CN={common_name}"),
+        );
+        self.openssl(&[
+            "req", "-x509", "-newkey", "ec", "-pkeyopt", CURVE, "-nodes", "-keyout", &key, "-out",
+            &crt, "-days", "1", "-subj", &subject,
+        ]);
     }
 
     fn openssl(&self, args: &[&str]) {
