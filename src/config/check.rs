@@ -152,6 +152,14 @@ impl Checker {
         }
     }
 
+    /// How a problem names the setting `key`: as [`Raw::describe`] when it
+    /// was given, else just its variable.
+    fn name(&self, key: &str) -> String {
+        self.values
+            .get(key)
+            .map_or_else(|| Raw::env_name(key), |raw| raw.describe(key))
+    }
+
     /// Credentials come from the URL or from their own settings, never
     /// both: which one wins would be a guess.
     fn one_source_of_credentials(&mut self, url: &UrlFacts, username: bool, password: bool) {
@@ -160,10 +168,13 @@ impl Checker {
             (password, url.has_password, "redis_password"),
         ] {
             if given && in_url {
-                let name = self.values.get(key).map_or_else(
-                    || format!("{}_FILE", Raw::env_name(key)),
-                    |raw| raw.describe(key),
-                );
+                let file_key = format!("{key}_file");
+                let set = if self.values.contains_key(key) {
+                    key
+                } else {
+                    &file_key
+                };
+                let name = self.name(set);
                 self.problems.push(format!(
                     "{name}: STICKY_ROUTING_REDIS_URL holds one too; give one"
                 ));
@@ -175,68 +186,57 @@ impl Checker {
     /// TLS URL (`rediss://`), so setting them without one is an error rather
     /// than a silently plaintext connection.
     fn tls_files(&mut self, url_uses_tls: Option<bool>) -> Option<TlsFiles> {
+        const CA: &str = "redis_tls_ca_file";
+        const CERT: &str = "redis_tls_cert_file";
+        const KEY: &str = "redis_tls_key_file";
         let path =
             |c: &Self, key: &str| c.values.get(key).map(|raw| PathBuf::from(raw.text.trim()));
-        let ca_file = path(self, "redis_tls_ca_file");
-        let cert_file = path(self, "redis_tls_cert_file");
-        let key_file = path(self, "redis_tls_key_file");
-        let client_cert = match (cert_file, key_file) {
+        let client_cert = match (path(self, CERT), path(self, KEY)) {
             (Some(cert_file), Some(key_file)) => Some(ClientCertFiles {
                 cert_file,
                 key_file,
             }),
             (None, None) => None,
             (cert, _) => {
-                let (set, missing) = match cert {
-                    Some(_) => ("redis_tls_cert_file", "redis_tls_key_file"),
-                    None => ("redis_tls_key_file", "redis_tls_cert_file"),
+                let (set, missing) = if cert.is_some() {
+                    (CERT, KEY)
+                } else {
+                    (KEY, CERT)
                 };
-                let set = self.values.get(set).map(|raw| raw.describe(set));
-                self.problems.push(format!(
+                let problem = format!(
                     "{}: needs {} as well",
-                    set.unwrap_or_default(),
+                    self.name(set),
                     Raw::env_name(missing)
-                ));
+                );
+                self.problems.push(problem);
                 return None;
             }
         };
         let files = TlsFiles {
-            ca_file,
+            ca_file: path(self, CA),
             client_cert,
         };
-        let set = [
-            "redis_tls_ca_file",
-            "redis_tls_cert_file",
-            "redis_tls_key_file",
-        ]
-        .into_iter()
-        .find(|key| self.values.contains_key(key));
-        match (url_uses_tls, set) {
-            (_, None) => None,
-            (Some(false), Some(key)) => {
-                let name = self.values.get(key).map(|raw| raw.describe(key));
-                self.problems.push(format!(
-                    "{}: set, but STICKY_ROUTING_REDIS_URL does not use TLS (rediss://, rediss-cluster://, rediss-sentinel://)",
-                    name.unwrap_or_default()
-                ));
-                None
-            }
-            (_, Some(_)) => {
-                for problem in tls::check_files(&files) {
-                    let key = match problem.file {
-                        TlsFile::Ca => "redis_tls_ca_file",
-                        TlsFile::Cert => "redis_tls_cert_file",
-                        TlsFile::Key => "redis_tls_key_file",
-                    };
-                    let name = self
-                        .values
-                        .get(key)
-                        .map_or_else(|| Raw::env_name(key), |raw| raw.describe(key));
-                    self.problems.push(format!("{name}: {problem}"));
-                }
-                Some(files)
-            }
+        let set = [CA, CERT, KEY]
+            .into_iter()
+            .find(|key| self.values.contains_key(key))?;
+        if url_uses_tls == Some(false) {
+            let problem = format!(
+                "{}: set, but STICKY_ROUTING_REDIS_URL does not use TLS (rediss://, rediss-cluster://, rediss-sentinel://)",
+                self.name(set)
+            );
+            self.problems.push(problem);
+            return None;
         }
+        for problem in tls::check_files(&files) {
+            let key = match problem.file {
+                TlsFile::Ca => CA,
+                TlsFile::Cert => CERT,
+                TlsFile::Key => KEY,
+            };
+            let line = format!("{}: {problem}", self.name(key));
+            self.problems.push(line);
+        }
+        Some(files)
     }
 
     fn overrides(&mut self, raw: HashMap<String, Raw>) -> HashMap<String, u64> {
