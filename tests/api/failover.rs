@@ -13,12 +13,14 @@ use tokio::sync::watch;
 use crate::helpers::*;
 use crate::load::{self, LoadReport};
 use crate::redis_cluster::role;
-use crate::redis_server::redis_cli;
+use crate::redis_server::{redis_cli, wait_for};
 
 const CUSTOMERS: usize = 300;
 const WORKERS: usize = 8;
 /// The contract: the service serves again within this of the promotion.
 const RECOVERY: Duration = Duration::from_secs(5);
+/// How often promotion and traffic are polled: the figures' resolution.
+const POLL: Duration = Duration::from_millis(20);
 
 /// Settings as in production, but a 500 ms Redis timeout so a loaded test
 /// machine does not fail calls outside the failover.
@@ -40,17 +42,14 @@ async fn sentinel_failover(app: &mut TestApp) -> (Instant, u16) {
 /// and which.
 async fn promoted(candidates: Vec<u16>, within: Duration) -> (Instant, u16) {
     tokio::task::spawn_blocking(move || {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(port) = candidates.iter().find(|port| role(**port) == "master") {
-                return (Instant::now(), *port);
-            }
-            assert!(
-                Instant::now() < deadline,
-                "none of {candidates:?} was promoted"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let what = format!("none of {candidates:?} was promoted");
+        let port = wait_for(within, POLL, &what, || {
+            candidates
+                .iter()
+                .copied()
+                .find(|port| role(*port) == "master")
+        });
+        (Instant::now(), port)
     })
     .await
     .unwrap()
@@ -125,20 +124,15 @@ async fn under_load(
 /// none from clients before: replication does not count as calls of these).
 async fn first_service_traffic(port: u16, deadline: Instant) -> Instant {
     tokio::task::spawn_blocking(move || {
-        loop {
+        let within = deadline.saturating_duration_since(Instant::now());
+        let what = format!("the service never reached {port}");
+        wait_for(within, POLL, &what, || {
             let stats = redis_cli(port, &["info", "commandstats"]);
-            let served = ["cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_hgetall:"]
+            ["cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_hgetall:"]
                 .iter()
-                .any(|name| stats.contains(name));
-            if served {
-                return Instant::now();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the service never reached {port}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+                .any(|name| stats.contains(name))
+                .then(Instant::now)
+        })
     })
     .await
     .unwrap()

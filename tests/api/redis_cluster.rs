@@ -7,9 +7,9 @@
 //! was disconnected (`cluster-replica-validity-factor 0`): the failover
 //! tests measure the service, not Redis's election rules.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::redis_server::{RedisServer, ServerOptions, redis_cli};
+use crate::redis_server::{RedisServer, ServerOptions, redis_cli, wait_for};
 
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
@@ -139,23 +139,17 @@ impl RedisCluster {
     /// Waits until every running node says `cluster_state:ok` and every
     /// replica's link to its primary is up (so it can take over).
     pub fn wait_until_healthy(&self, within: Duration) {
-        let deadline = Instant::now() + within;
-        loop {
-            let healthy = self.running().all(|port| {
-                let ok = redis_cli(port, &["cluster", "info"]).contains("cluster_state:ok");
-                let replication = redis_cli(port, &["info", "replication"]);
-                ok && (replication.contains("role:master")
-                    || replication.contains("master_link_status:up"))
-            });
-            if healthy {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the cluster never became healthy"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let every = Duration::from_millis(50);
+        wait_for(within, every, "the cluster never became healthy", || {
+            self.running()
+                .all(|port| {
+                    let ok = redis_cli(port, &["cluster", "info"]).contains("cluster_state:ok");
+                    let replication = redis_cli(port, &["info", "replication"]);
+                    ok && (replication.contains("role:master")
+                        || replication.contains("master_link_status:up"))
+                })
+                .then_some(())
+        });
     }
 }
 

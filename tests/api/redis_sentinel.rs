@@ -8,11 +8,11 @@
 //! the primary and following a switch) is the same with three.
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::redis_cluster::role;
 use crate::redis_server::{
-    RedisServer, SERVICE_PASSWORD, SERVICE_USER, ServerOptions, free_port, redis_cli,
+    RedisServer, SERVICE_PASSWORD, SERVICE_USER, ServerOptions, free_port, redis_cli, wait_for,
 };
 
 /// The name Sentinel monitors the primary under.
@@ -141,9 +141,7 @@ fn sentinel_acl_rules() -> String {
 }
 
 fn wait_until(within: Duration, what: &str, mut ready: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !ready() {
-        assert!(Instant::now() < deadline, "{what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for(within, Duration::from_millis(50), what, || {
+        ready().then_some(())
+    });
 }

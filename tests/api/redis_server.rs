@@ -122,6 +122,24 @@ impl Drop for RedisServer {
     }
 }
 
+/// Calls `probe` every `every` until it gives a value, and returns it;
+/// fails the test with `what` if `within` passes first.
+pub fn wait_for<T>(
+    within: Duration,
+    every: Duration,
+    what: &str,
+    mut probe: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(every);
+    }
+}
+
 /// Runs `redis-cli -p port args…` and returns its output.
 pub fn redis_cli(port: u16, args: &[&str]) -> String {
     let output = Command::new("redis-cli")
