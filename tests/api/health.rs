@@ -6,13 +6,8 @@ use std::time::{Duration, Instant};
 
 use sticky_routing::transport::pb;
 use tonic::{Code, Status};
-use tonic_health::pb::health_check_response::ServingStatus;
 
 use crate::helpers::*;
-
-const API: &str = "sticky_routing.v1.StickyRouting";
-const SERVING: i32 = ServingStatus::Serving as i32;
-const NOT_SERVING: i32 = ServingStatus::NotServing as i32;
 
 /// Runs `call`, bounded so a hang fails the test, and returns its result with
 /// how long it took.
@@ -38,7 +33,7 @@ fn assert_fails<T: std::fmt::Debug>(
 
 #[tokio::test]
 async fn liveness_and_readiness_are_serving_while_redis_answers() {
-    let mut app = spawn_app().await;
+    let app = spawn_app().await;
     assert_eq!(app.health_status("").await, SERVING);
     assert_eq!(app.health_status(API).await, SERVING);
     app.success("c1", "GIGADAT").await;
@@ -191,13 +186,7 @@ async fn the_service_starts_without_redis_and_becomes_ready_when_it_comes() {
         .await
         .unwrap();
     let health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
-    let status = |service: &'static str| {
-        let request = tonic_health::pb::HealthCheckRequest {
-            service: service.into(),
-        };
-        let mut health = health.clone();
-        async move { health.check(request).await.unwrap().into_inner().status }
-    };
+    let status = |service: &'static str| health_status(&health, service);
     assert_eq!(status("").await, SERVING, "liveness without redis");
     assert_eq!(status(API).await, NOT_SERVING);
     let mut api = pb::sticky_routing_client::StickyRoutingClient::new(channel);

@@ -18,6 +18,7 @@ use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
+use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
 pub use crate::redis_cluster::RedisCluster;
@@ -173,7 +174,7 @@ pub async fn spawn_app_on(topology: Topology, configure: impl FnOnce(&mut Settin
         .build()
         .unwrap();
     inspect.init().await.unwrap();
-    let mut app = TestApp {
+    let app = TestApp {
         addr,
         metrics_addr,
         api: StickyRoutingClient::new(channel.clone()),
@@ -190,31 +191,12 @@ pub async fn spawn_app_on(topology: Topology, configure: impl FnOnce(&mut Settin
 
 impl TestApp {
     /// Waits until the API's health status is SERVING (or not).
-    pub async fn wait_until_ready(&mut self, serving: bool) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let status = self.health_status("sticky_routing.v1.StickyRouting").await;
-            if (status == tonic_health::pb::health_check_response::ServingStatus::Serving as i32)
-                == serving
-            {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "health never became serving={serving}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+    pub async fn wait_until_ready(&self, serving: bool) {
+        wait_for_readiness(&self.health, serving).await;
     }
 
-    pub async fn health_status(&mut self, service: &str) -> i32 {
-        let request = tonic_health::pb::HealthCheckRequest {
-            service: service.into(),
-        };
-        self.health
-            .check(request)
-            .await
-            .map_or(-1, |r| r.into_inner().status)
+    pub async fn health_status(&self, service: &str) -> i32 {
+        health_status(&self.health, service).await
     }
 
     /// Stops the service and waits for its drain to finish.
@@ -428,6 +410,35 @@ pub fn ranked(pin: &pb::GetPinResponse) -> Vec<(&str, i64)> {
         .iter()
         .map(|c| (c.connector.as_str(), c.net_count))
         .collect()
+}
+
+/// The readiness service: SERVING only while Redis answers.
+pub const API: &str = "sticky_routing.v1.StickyRouting";
+pub const SERVING: i32 = ServingStatus::Serving as i32;
+pub const NOT_SERVING: i32 = ServingStatus::NotServing as i32;
+
+/// The status `health` reports for `service`; -1 when the call fails.
+pub async fn health_status(health: &HealthClient<Channel>, service: &str) -> i32 {
+    let request = tonic_health::pb::HealthCheckRequest {
+        service: service.into(),
+    };
+    health
+        .clone()
+        .check(request)
+        .await
+        .map_or(-1, |r| r.into_inner().status)
+}
+
+/// Waits up to 10 s until the API's readiness is SERVING (or not).
+pub async fn wait_for_readiness(health: &HealthClient<Channel>, serving: bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (health_status(health, API).await == SERVING) != serving {
+        assert!(
+            Instant::now() < deadline,
+            "health never became serving={serving}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 pub const APPLIED: i32 = pb::RecordResult::Applied as i32;

@@ -10,8 +10,6 @@ use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
 use tokio::process::Child;
 use tonic::Code;
 use tonic::transport::Channel;
-use tonic_health::pb::HealthCheckRequest;
-use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
 use crate::helpers::*;
@@ -43,20 +41,9 @@ async fn start_binary(redis: &RedisServer, extra: &[(&str, String)]) -> (Child, 
             .connect()
             .await
         {
-            let mut health = HealthClient::new(channel.clone());
-            let serving = |service: &str| HealthCheckRequest {
-                service: service.into(),
-            };
-            let live = health
-                .check(serving(""))
-                .await
-                .map(|r| r.into_inner().status);
-            let ready = health
-                .check(serving("sticky_routing.v1.StickyRouting"))
-                .await
-                .map(|r| r.into_inner().status);
-            if live.is_ok_and(|s| s == ServingStatus::Serving as i32)
-                && ready.is_ok_and(|s| s == ServingStatus::Serving as i32)
+            let health = HealthClient::new(channel.clone());
+            if health_status(&health, "").await == SERVING
+                && health_status(&health, API).await == SERVING
             {
                 return (child, channel);
             }

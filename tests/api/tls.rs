@@ -12,7 +12,6 @@ use sticky_routing::transport::pb;
 use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
 use tokio::io::AsyncReadExt;
 use tonic::transport::Channel;
-use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
 
 use crate::helpers::*;
@@ -172,7 +171,7 @@ async fn serves_through(mut settings: Settings, pki: &Pki, customers: usize) {
         .connect()
         .await
         .unwrap();
-    wait_for_readiness(&channel, SERVING_STATUS).await;
+    wait_for_readiness(&HealthClient::new(channel.clone()), true).await;
     let mut api = StickyRoutingClient::new(channel);
     for i in 0..customers {
         let customer = format!("c{i}");
@@ -227,10 +226,6 @@ async fn a_wrong_password_means_not_serving_and_a_log_line_saying_why() {
     );
 }
 
-const SERVING_STATUS: i32 = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
-const NOT_SERVING_STATUS: i32 =
-    tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
-
 /// Runs the binary with `vars`, checks that it comes up (liveness SERVING)
 /// within seconds but stays NOT_SERVING, and returns what it logged.
 async fn not_serving_log(vars: &[(&str, String)]) -> String {
@@ -263,13 +258,11 @@ async fn not_serving_log(vars: &[(&str, String)]) -> String {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert_eq!(status(&channel, "").await, SERVING_STATUS, "liveness");
+    let health = HealthClient::new(channel);
+    assert_eq!(health_status(&health, "").await, SERVING, "liveness");
     assert!(started.elapsed() < Duration::from_secs(10), "start-up hung");
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(
-        status(&channel, "sticky_routing.v1.StickyRouting").await,
-        NOT_SERVING_STATUS
-    );
+    assert_eq!(health_status(&health, API).await, NOT_SERVING);
     child.start_kill().unwrap();
     let mut log = String::new();
     child
@@ -280,22 +273,4 @@ async fn not_serving_log(vars: &[(&str, String)]) -> String {
         .await
         .unwrap();
     log
-}
-
-async fn status(channel: &Channel, service: &str) -> i32 {
-    let request = HealthCheckRequest {
-        service: service.into(),
-    };
-    HealthClient::new(channel.clone())
-        .check(request)
-        .await
-        .map_or(-1, |r| r.into_inner().status)
-}
-
-async fn wait_for_readiness(channel: &Channel, wanted: i32) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while status(channel, "sticky_routing.v1.StickyRouting").await != wanted {
-        assert!(Instant::now() < deadline, "readiness never became {wanted}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
