@@ -90,14 +90,29 @@ impl WriteFence {
     }
 }
 
-/// The running watch: its fence, and its tasks (aborted on drop).
+/// The running watch: its fence, its tasks (aborted on drop) and its
+/// connections to the sentinels (closed by [`SentinelWatch::stop`]).
 pub struct SentinelWatch {
     pub fence: Arc<WriteFence>,
     tasks: Vec<JoinHandle<()>>,
+    queries: Vec<Client>,
+    events: Vec<SubscriberClient>,
 }
 
 impl SentinelWatch {
-    pub fn stop(&self) {
+    /// Stops the tasks and closes the sentinel connections, which would
+    /// otherwise keep reconnecting after the store quit.
+    pub async fn stop(&self) {
+        self.abort_tasks();
+        for query in &self.queries {
+            let _ = query.quit().await;
+        }
+        for events in &self.events {
+            let _ = events.quit().await;
+        }
+    }
+
+    fn abort_tasks(&self) {
         for task in &self.tasks {
             task.abort();
         }
@@ -106,7 +121,7 @@ impl SentinelWatch {
 
 impl Drop for SentinelWatch {
     fn drop(&mut self) {
-        self.stop();
+        self.abort_tasks();
     }
 }
 
@@ -136,12 +151,14 @@ pub fn spawn(config: &Config, pool: Pool) -> Result<Option<SentinelWatch>, Error
     let fence = Arc::new(WriteFence::new());
     let check_now = Arc::new(Notify::new());
     let mut queries = Vec::with_capacity(hosts.len());
+    let mut subscribers = Vec::with_capacity(hosts.len());
     let mut tasks = Vec::with_capacity(hosts.len() + 1);
     for host in hosts {
         let query = sentinel_config(host).build()?;
         drop(query.connect());
         queries.push(query);
         let events = sentinel_config(host).build_subscriber_client()?;
+        subscribers.push(events.clone());
         tasks.push(tokio::spawn(listen(
             events,
             service_name.clone(),
@@ -151,13 +168,18 @@ pub fn spawn(config: &Config, pool: Pool) -> Result<Option<SentinelWatch>, Error
         )));
     }
     tasks.push(tokio::spawn(follow(
-        queries,
+        queries.clone(),
         service_name.clone(),
         pool,
         fence.clone(),
         check_now,
     )));
-    Ok(Some(SentinelWatch { fence, tasks }))
+    Ok(Some(SentinelWatch {
+        fence,
+        tasks,
+        queries,
+        events: subscribers,
+    }))
 }
 
 /// Asks Sentinel for the primary every `INTERVAL` (or when told to), moves

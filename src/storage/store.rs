@@ -150,7 +150,7 @@ impl RedisStore {
     /// Closes the pool's connections.
     pub async fn quit(&self) {
         if let Some(watch) = &self.sentinel_watch {
-            watch.stop();
+            watch.stop().await;
         }
         let _ = self.pool.quit().await;
     }

@@ -202,4 +202,14 @@ async fn a_sentinel_failover_is_followed_without_restarting_the_service() {
         denials.trim().is_empty(),
         "the sentinel refused the service's user: {denials}"
     );
+    // A stopped service leaves no connection to the sentinel behind.
+    assert!(app.redis.sentinel().service_clients() > 0);
+    app.stop().await.unwrap();
+    let sentinel = app.redis.sentinel();
+    wait_for(
+        Duration::from_secs(5),
+        POLL,
+        "sentinel connections outlive the service",
+        || (sentinel.service_clients() == 0).then_some(()),
+    );
 }

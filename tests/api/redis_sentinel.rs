@@ -101,6 +101,14 @@ impl RedisSentinel {
         )
     }
 
+    /// How many connections the service's user holds to the sentinel.
+    pub fn service_clients(&self) -> usize {
+        redis_cli(self.sentinel_port, &["client", "list"])
+            .lines()
+            .filter(|line| line.contains(&format!(" user={SERVICE_USER} ")))
+            .count()
+    }
+
     /// What the sentinel refused its users (ACL LOG); empty when nothing.
     pub fn acl_denials(&self) -> String {
         redis_cli(self.sentinel_port, &["acl", "log"])
