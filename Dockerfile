@@ -10,6 +10,8 @@ WORKDIR /src
 
 # Plain and predictable: copy the context (.dockerignore keeps target/ and .git
 # out) and build. protox compiles proto/ in build.rs, so no protoc is needed.
+# The workspace's default member is the service alone, so the benchmark kit
+# is neither built nor allowed to add features to the shipped binary.
 COPY . .
 RUN cargo build --release --locked
 

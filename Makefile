@@ -5,21 +5,26 @@
 run:
 	scripts/run-local.sh
 
-# The whole suite: unit, property and integration tests on real Redis.
+# The whole suite: unit, property and integration tests on real Redis, then
+# the benchmark kit's own unit tests (a separate build, so the service's
+# tests run with exactly the service's features).
 test:
 	scripts/ensure-redis.sh
 	cargo test --locked
+	cargo test --locked -p sticky-bench
 
 # What CI checks besides the tests.
 lint:
 	cargo fmt --check
-	cargo clippy --locked --all-targets -- -D warnings
+	cargo clippy --locked --workspace --all-targets -- -D warnings
 
 ci: lint test
 
 # The service against its transport and storage floors, on its own Redis;
-# prints a markdown table (bench/README.md explains it).
+# prints a markdown table (bench/README.md explains it). The service is built
+# on its own first, exactly as shipped; the bench kit is a second build.
 bench:
 	scripts/ensure-redis.sh
 	cargo build --release --locked
+	cargo build --release --locked -p sticky-bench
 	target/release/sticky-bench
