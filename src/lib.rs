@@ -2,17 +2,25 @@
 //! payments succeed, so the orchestrator can pin the next payment to it.
 //!
 //! The crate has three layers with one-way dependencies:
-//! - [`domain`]: the rules as pure functions (no I/O, no fred, no tonic);
+//! - [`domain`]: the rules as pure functions and one [`domain::Rules`]
+//!   value (no I/O, no fred, no tonic);
 //! - [`storage`]: the Redis adapter, [`storage::RedisStore`], which runs those
-//!   rules atomically against Redis;
+//!   rules atomically against Redis and owns its connection settings;
 //! - [`transport`]: thin tonic handlers that turn protobuf into domain types
 //!   and errors into `tonic::Status`.
 //!
-//! [`startup`] wires them into an [`startup::Application`]; [`config`] parses
-//! the settings once; [`telemetry`] owns logs and metrics.
+//! [`record`] is the RecordOutcome flow (write, admission, create) between
+//! transport and storage. [`startup`] wires everything into an
+//! [`startup::Application`] and runs it; [`config`] reads every setting once,
+//! from one declaration each; [`telemetry`] owns logs and metrics.
+//!
+//! Dependencies point one way: `startup` → `config`, `transport` → `record`
+//! → `storage` → `domain`; `config` → `storage`, `domain`. No module below
+//! imports one above it.
 
 pub mod config;
 pub mod domain;
+pub mod record;
 pub mod startup;
 pub mod storage;
 pub mod telemetry;

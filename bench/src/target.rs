@@ -2,20 +2,25 @@
 //! floor) over N HTTP/2 connections, or straight to Redis through the
 //! service's own `RedisStore` (the storage floor).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fred::clients::Pool;
 use fred::interfaces::{ClientLike, HashesInterface, KeysInterface, TransactionInterface};
 use fred::prelude::{Builder, Config};
-use sticky_routing::config::{RedisSettings, RuleSettings, Settings};
+use sticky_routing::config::Settings;
+use sticky_routing::domain::Rules;
 use sticky_routing::domain::combo::Combo;
+use sticky_routing::domain::counts::Outcome as RecordedOutcome;
 use sticky_routing::domain::ids::{
     Connector, CustomerId, MerchantId, PaymentMethod, PaymentMethodType,
 };
 use sticky_routing::domain::keys;
-use sticky_routing::storage::RedisStore;
+use sticky_routing::record::{RecordCommand, record_outcome};
+use sticky_routing::storage::{RedisSettings, RedisStore};
 use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
 use sticky_routing::transport::pb::{GetPinRequest, Outcome, RecordOutcomeRequest};
+use tokio_util::task::TaskTracker;
 use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
 
@@ -36,6 +41,7 @@ pub enum StoreWrite {
 #[derive(Clone)]
 pub struct StoreFloor {
     store: RedisStore,
+    rules: Arc<Rules>,
     raw: Pool,
     write: StoreWrite,
     ttl_secs: i64,
@@ -83,8 +89,9 @@ impl Target {
             command_timeout: timeout,
             ..defaults.redis
         };
-        let rules: RuleSettings = defaults.rules;
-        let store = RedisStore::connect(&redis, &rules)?;
+        let ttl_secs = i64::try_from(defaults.rules.key_ttl_secs()).unwrap_or(i64::MAX);
+        let rules = Arc::new(defaults.rules);
+        let store = RedisStore::connect(&redis, &TaskTracker::new())?;
         if !store.wait_connected(Duration::from_secs(5)).await {
             return Err(format!("redis at {redis_url} did not answer").into());
         }
@@ -93,9 +100,10 @@ impl Target {
         raw.init().await?;
         Ok(Target::Store(StoreFloor {
             store,
+            rules,
             raw,
             write,
-            ttl_secs: i64::try_from(rules.key_ttl.as_secs()).unwrap_or(i64::MAX),
+            ttl_secs,
             timeout,
         }))
     }
@@ -149,7 +157,9 @@ impl Worker {
                     Call::Record(req) if floor.write == StoreWrite::Multi => {
                         multi_success(&floor.raw, &req, floor.ttl_secs).await
                     }
-                    Call::Record(req) => store_record(&floor.store, &req, deadline).await,
+                    Call::Record(req) => {
+                        store_record(&floor.store, &floor.rules, &req, deadline).await
+                    }
                     Call::Pin(req) => store_pin(&floor.store, &req, deadline).await,
                 };
                 if ok { Code::Ok } else { Code::Unavailable }
@@ -164,21 +174,29 @@ fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
     request
 }
 
-async fn store_record(store: &RedisStore, req: &RecordOutcomeRequest, deadline: Instant) -> bool {
+async fn store_record(
+    store: &RedisStore,
+    rules: &Rules,
+    req: &RecordOutcomeRequest,
+    deadline: Instant,
+) -> bool {
     let Some((merchant, customer, combo)) = record_parts(req) else {
         return false;
     };
-    if req.outcome == Outcome::GatewayFailure as i32 {
-        store
-            .record_failure(&merchant, &customer, &combo, deadline)
-            .await
-            .is_ok()
+    let outcome = if req.outcome == Outcome::GatewayFailure as i32 {
+        RecordedOutcome::GatewayFailure
     } else {
-        store
-            .record_success(&merchant, &customer, &combo, deadline)
-            .await
-            .is_ok()
-    }
+        RecordedOutcome::Success
+    };
+    let command = RecordCommand {
+        merchant,
+        customer,
+        combo,
+        outcome,
+    };
+    record_outcome(store, rules, &command, deadline)
+        .await
+        .is_ok()
 }
 
 async fn store_pin(store: &RedisStore, req: &GetPinRequest, deadline: Instant) -> bool {

@@ -1,80 +1,55 @@
-//! Typing the raw values: each bad one becomes a problem that names its
-//! variable, and all problems are reported together.
+//! Typing the raw values by their declarations: each bad value becomes a
+//! problem that names its variable, and all problems are reported together.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::time::Duration;
 
-use super::sources::{Raw, RawValues};
-use super::{
-    ClientCertFiles, ConfigError, RedisSettings, RuleSettings, Secret, Settings, TlsFiles,
+use super::declarations::{
+    self as declared, About, Fallback, KEY_TTL, MAX_CUSTOMERS, MAX_CUSTOMERS_FOR, Setting,
 };
+use super::sources::{Raw, RawValues};
+use super::{ConfigError, Settings};
+use crate::domain::Rules;
 use crate::domain::admission::Budgets;
-use crate::storage::UrlFacts;
-use crate::storage::tls::{self, TlsFile};
+use crate::domain::ids::MerchantId;
+use crate::storage::{RedisSetting, RedisSettings, Secret, TlsFiles};
 
-/// Types `raw`, falling back on the built-in defaults.
+/// Types `raw`, falling back on the declared defaults.
 pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
     let RawValues {
         values,
-        overrides,
+        mut per_merchant,
         problems,
     } = raw;
     let mut c = Checker { values, problems };
-    let cpus = std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .to_string();
-    let listen_addr = c.value("listen_addr", "0.0.0.0:50051", parse_addr);
-    let metrics_addr = c.value("metrics_addr", "0.0.0.0:9464", parse_addr);
-    let url = c.value("redis_url", "redis://127.0.0.1:6379", parse_redis_url);
-    let username = c.value_or_file("redis_username");
-    let password = c.value_or_file("redis_password").map(Secret::new);
-    if let Some((_, facts)) = &url {
-        c.one_source_of_credentials(facts, username.is_some(), password.is_some());
-    }
-    let tls = c.tls_files(url.as_ref().map(|(_, facts)| facts.uses_tls));
-    let pool_size = c.value("redis_pool_size", &cpus, |t| parse_in_range(t, 1, 1024));
-    let command_timeout = c.value("redis_timeout", "250ms", parse_positive_duration);
-    let key_ttl = c.value("key_ttl", "90d", parse_whole_seconds);
-    let admission_window = match c.values.contains_key("admission_window") {
-        true => c.value("admission_window", "", parse_whole_seconds),
-        false => key_ttl,
-    };
-    let max_combos = c.value("max_combos_per_customer", "30", |t| {
-        parse_in_range(t, 1, 10_000)
-    });
-    let default_budget = c.value("max_customers", "1000000", parse_u64);
-    let overrides = c.overrides(overrides);
-    let min_pin_count = c.value("min_pin_count", "1", |t| {
-        parse_in_range(t, 1, i64::MAX as usize)
-    });
-    let shutdown_grace = c.value("shutdown_grace", "20s", parse_duration);
-    let max_in_flight_per_connection = c.value("max_in_flight_per_connection", "4096", |t| {
-        parse_in_range(t, 1, 1_000_000)
-    });
-    let worker_threads = c.value("worker_threads", &cpus, |t| parse_in_range(t, 1, 1024));
+    let listen_addr = c.value(&declared::LISTEN_ADDR);
+    let metrics_addr = c.value(&declared::METRICS_ADDR);
+    let redis = c.redis();
+    let key_ttl = c.value(&KEY_TTL);
+    let admission_window = c.value_or(&declared::ADMISSION_WINDOW, key_ttl);
+    let max_combos_per_customer = c.value(&declared::MAX_COMBOS_PER_CUSTOMER);
+    let default_budget = c.value(&MAX_CUSTOMERS);
+    let overrides = c.per_merchant(
+        &MAX_CUSTOMERS_FOR,
+        per_merchant.remove(MAX_CUSTOMERS_FOR.about.key),
+    );
+    let min_pin_count = c.value(&declared::MIN_PIN_COUNT);
+    let shutdown_grace = c.value(&declared::SHUTDOWN_GRACE);
+    let max_in_flight_per_connection = c.value(&declared::MAX_IN_FLIGHT_PER_CONNECTION);
+    let worker_threads = c.value(&declared::WORKER_THREADS);
     let settings = || -> Option<Settings> {
         Some(Settings {
             listen_addr: listen_addr?,
             metrics_addr: metrics_addr?,
-            redis: RedisSettings {
-                url: url?.0,
-                username,
-                password,
-                tls,
-                pool_size: pool_size?,
-                command_timeout: command_timeout?,
-            },
-            rules: RuleSettings {
+            redis: redis?,
+            rules: Rules {
                 key_ttl: key_ttl?,
-                max_combos_per_customer: u32::try_from(max_combos?).ok()?,
+                max_combos_per_customer: max_combos_per_customer?,
                 admission_window: admission_window?,
                 budgets: Budgets {
                     default: default_budget?,
                     overrides,
                 },
-                min_pin_count: i64::try_from(min_pin_count?).ok()?,
+                min_pin_count: min_pin_count?,
             },
             shutdown_grace: shutdown_grace?,
             max_in_flight_per_connection: max_in_flight_per_connection?,
@@ -83,40 +58,65 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
     };
     match settings() {
         Some(settings) if c.problems.is_empty() => Ok(settings),
-        _ => Err(ConfigError {
-            problems: c.problems,
-        }),
+        _ => Err(ConfigError::new(c.problems)),
     }
 }
 
 struct Checker {
-    values: HashMap<&'static str, Raw>,
+    values: HashMap<String, Raw>,
     problems: Vec<String>,
 }
 
 impl Checker {
-    /// Parses the value of `key` (or `default`), recording a problem that
-    /// names the variable when it is bad.
-    fn value<T>(
-        &mut self,
-        key: &str,
-        default: &str,
-        parse: impl Fn(&str) -> Result<T, String>,
-    ) -> Option<T> {
-        let Some(raw) = self.values.get(key) else {
-            return parse(default).ok();
-        };
-        parse(raw.text.trim())
-            .map_err(|why| self.problems.push(format!("{}: {why}", raw.describe(key))))
-            .ok()
+    /// The setting's value, given or by its default; `None` after
+    /// recording a problem that names the variable.
+    fn value<T>(&mut self, setting: &Setting<T>) -> Option<T> {
+        let key = setting.about.key;
+        match self.values.get(key) {
+            Some(raw) => {
+                let text = raw.text.trim().to_owned();
+                self.parse(setting, key, &text)
+            }
+            None => match setting.about.default {
+                Fallback::Text(text) => self.parse(setting, key, text),
+                Fallback::Cpus => {
+                    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+                    self.parse(setting, key, &cpus.to_string())
+                }
+                Fallback::Follows(_) | Fallback::Unset(_) => {
+                    self.problems.push(format!(
+                        "{}: has no default; this is a bug, please report it",
+                        Raw::env_name(key)
+                    ));
+                    None
+                }
+            },
+        }
     }
 
-    /// A value given directly (`STICKY_ROUTING_REDIS_PASSWORD`) or as the
-    /// path of a file holding it (`..._FILE`, the Kubernetes secret habit).
-    /// One trailing newline of the file is dropped.
-    fn value_or_file(&mut self, key: &str) -> Option<String> {
+    /// For a setting whose default follows another: its own value when
+    /// given, else `other`.
+    fn value_or<T>(&mut self, setting: &Setting<T>, other: Option<T>) -> Option<T> {
+        match self.values.contains_key(setting.about.key) {
+            true => self.value(setting),
+            false => other,
+        }
+    }
+
+    /// An optional setting: `None` when not given (or bad, with a problem).
+    fn optional<T>(&mut self, setting: &Setting<T>) -> Option<T> {
+        let key = setting.about.key;
+        let text = self.values.get(key)?.text.trim().to_owned();
+        self.parse(setting, key, &text)
+    }
+
+    /// A value given directly (`STICKY_ROUTING_REDIS_PASSWORD`), verbatim,
+    /// or as the path of a file holding it (`..._FILE`, the Kubernetes
+    /// secret habit). One trailing newline of the file is dropped.
+    fn optional_or_file(&mut self, setting: &Setting<String>) -> Option<String> {
+        let key = setting.about.key;
         let file_key = format!("{key}_file");
-        match (self.values.get(key), self.values.get(file_key.as_str())) {
+        match (self.values.get(key), self.values.get(&file_key)) {
             (Some(direct), Some(file)) => {
                 self.problems.push(format!(
                     "{} and {}: both are set; give one",
@@ -127,29 +127,34 @@ impl Checker {
             }
             (Some(direct), None) => Some(direct.text.clone()),
             (None, Some(file)) => {
-                let path = file.text.trim();
-                match std::fs::read_to_string(path) {
-                    Ok(text) => {
-                        let text = text.strip_suffix('\n').unwrap_or(&text);
-                        let text = text.strip_suffix('\r').unwrap_or(text);
-                        if text.is_empty() {
-                            self.problems
-                                .push(format!("{}: {path} is empty", file.describe(&file_key)));
-                            return None;
-                        }
-                        Some(text.to_owned())
-                    }
+                let (name, path) = (file.describe(&file_key), file.text.trim().to_owned());
+                let text = match std::fs::read_to_string(&path) {
+                    Ok(text) => text,
                     Err(e) => {
-                        self.problems.push(format!(
-                            "{}: cannot read {path}: {e}",
-                            file.describe(&file_key)
-                        ));
-                        None
+                        self.problems
+                            .push(format!("{name}: cannot read {path}: {e}"));
+                        return None;
                     }
+                };
+                let text = text.strip_suffix('\n').unwrap_or(&text);
+                let text = text.strip_suffix('\r').unwrap_or(text);
+                if text.is_empty() {
+                    self.problems.push(format!("{name}: {path} is empty"));
+                    return None;
                 }
+                Some(text.to_owned())
             }
             (None, None) => None,
         }
+    }
+
+    fn parse<T>(&mut self, setting: &Setting<T>, key: &str, text: &str) -> Option<T> {
+        (setting.parse)(text)
+            .map_err(|why| {
+                let name = self.name(key);
+                self.problems.push(format!("{name}: {why}"));
+            })
+            .ok()
     }
 
     /// How a problem names the setting `key`: as [`Raw::describe`] when it
@@ -160,185 +165,103 @@ impl Checker {
             .map_or_else(|| Raw::env_name(key), |raw| raw.describe(key))
     }
 
-    /// Credentials come from the URL or from their own settings, never
-    /// both: which one wins would be a guess.
-    fn one_source_of_credentials(&mut self, url: &UrlFacts, username: bool, password: bool) {
-        for (given, in_url, key) in [
-            (username, url.has_username, "redis_username"),
-            (password, url.has_password, "redis_password"),
-        ] {
-            if given && in_url {
-                let file_key = format!("{key}_file");
-                let set = if self.values.contains_key(key) {
-                    key
-                } else {
-                    &file_key
-                };
-                let name = self.name(set);
-                self.problems.push(format!(
-                    "{name}: STICKY_ROUTING_REDIS_URL holds one too; give one"
-                ));
-            }
-        }
+    /// The Redis settings, checked by storage, which knows what can work.
+    fn redis(&mut self) -> Option<RedisSettings> {
+        let url = self.value(&declared::REDIS_URL);
+        let username = self.optional_or_file(&declared::REDIS_USERNAME);
+        let password = self
+            .optional_or_file(&declared::REDIS_PASSWORD)
+            .map(Secret::new);
+        let tls = self.tls_files();
+        let pool_size = self.value(&declared::REDIS_POOL_SIZE);
+        let command_timeout = self.value(&declared::REDIS_TIMEOUT);
+        // Checked even when a number is bad, so every problem shows at once.
+        let settings = RedisSettings {
+            url: url?,
+            username,
+            password,
+            tls,
+            pool_size: pool_size.unwrap_or(1),
+            command_timeout: command_timeout.unwrap_or_default(),
+        };
+        let problems = settings.problems(&|setting| self.redis_name(setting));
+        self.problems.extend(problems);
+        Some(settings).filter(|_| pool_size.is_some() && command_timeout.is_some())
     }
 
-    /// The TLS files, checked by reading them. They only make sense with a
-    /// TLS URL (`rediss://`), so setting them without one is an error rather
-    /// than a silently plaintext connection.
-    fn tls_files(&mut self, url_uses_tls: Option<bool>) -> Option<TlsFiles> {
-        const CA: &str = "redis_tls_ca_file";
-        const CERT: &str = "redis_tls_cert_file";
-        const KEY: &str = "redis_tls_key_file";
-        let path =
-            |c: &Self, key: &str| c.values.get(key).map(|raw| PathBuf::from(raw.text.trim()));
-        let client_cert = match (path(self, CERT), path(self, KEY)) {
-            (Some(cert_file), Some(key_file)) => Some(ClientCertFiles {
-                cert_file,
-                key_file,
-            }),
-            (None, None) => None,
-            (cert, _) => {
-                let (set, missing) = if cert.is_some() {
-                    (CERT, KEY)
-                } else {
-                    (KEY, CERT)
-                };
+    /// The TLS files; a certificate without its key is a problem here, and
+    /// the rest of the Redis settings are checked as if neither were set.
+    fn tls_files(&mut self) -> Option<TlsFiles> {
+        let ca = self.optional(&declared::REDIS_TLS_CA_FILE);
+        let cert = self.optional(&declared::REDIS_TLS_CERT_FILE);
+        let key = self.optional(&declared::REDIS_TLS_KEY_FILE);
+        match TlsFiles::from_paths(ca, cert, key) {
+            Ok(files) => files,
+            Err((given, missing)) => {
                 let problem = format!(
                     "{}: needs {} as well",
-                    self.name(set),
-                    Raw::env_name(missing)
+                    self.redis_name(given),
+                    Raw::env_name(redis_key(missing))
                 );
                 self.problems.push(problem);
-                return None;
+                None
             }
-        };
-        let files = TlsFiles {
-            ca_file: path(self, CA),
-            client_cert,
-        };
-        let set = [CA, CERT, KEY]
-            .into_iter()
-            .find(|key| self.values.contains_key(key))?;
-        if url_uses_tls == Some(false) {
-            let problem = format!(
-                "{}: set, but STICKY_ROUTING_REDIS_URL does not use TLS (rediss://, rediss-cluster://, rediss-sentinel://)",
-                self.name(set)
-            );
-            self.problems.push(problem);
-            return None;
         }
-        for problem in tls::check_files(&files) {
-            let key = match problem.file {
-                TlsFile::Ca => CA,
-                TlsFile::Cert => CERT,
-                TlsFile::Key => KEY,
-            };
-            let line = format!("{}: {problem}", self.name(key));
-            self.problems.push(line);
-        }
-        Some(files)
     }
 
-    fn overrides(&mut self, raw: HashMap<String, Raw>) -> HashMap<String, u64> {
-        let mut budgets = HashMap::new();
-        for (merchant, value) in raw {
-            let name = value.describe_override(&merchant);
-            if merchant.trim().is_empty() || merchant.trim() != merchant {
-                self.problems.push(format!(
-                    "{name}: the merchant id must be non-empty and trimmed"
-                ));
-                continue;
-            }
-            match parse_u64(value.text.trim()) {
-                Ok(budget) => {
-                    budgets.insert(merchant, budget);
+    /// How a problem names a Redis setting: by the form that was given.
+    fn redis_name(&self, setting: RedisSetting) -> String {
+        let key = redis_key(setting);
+        let file_key = format!("{key}_file");
+        match self.values.contains_key(&file_key) && !self.values.contains_key(key) {
+            true => self.name(&file_key),
+            false => self.name(key),
+        }
+    }
+
+    /// One family's values by merchant id; an id that breaks the merchant
+    /// id rule is a problem, since no request could ever match it.
+    fn per_merchant<T>(
+        &mut self,
+        family: &Setting<T>,
+        raw: Option<HashMap<String, Raw>>,
+    ) -> HashMap<MerchantId, T> {
+        let mut values = HashMap::new();
+        for (merchant, value) in raw.unwrap_or_default() {
+            let name = value.describe_member(family.about.key, &merchant);
+            let id = match MerchantId::parse(&merchant) {
+                Ok(id) if id.as_str() == merchant => id,
+                Ok(_) => {
+                    self.problems
+                        .push(format!("{name}: the merchant id must be trimmed"));
+                    continue;
+                }
+                Err(invalid) => {
+                    self.problems
+                        .push(format!("{name}: the merchant id {}", invalid.reason));
+                    continue;
+                }
+            };
+            match (family.parse)(value.text.trim()) {
+                Ok(parsed) => {
+                    values.insert(id, parsed);
                 }
                 Err(why) => self.problems.push(format!("{name}: {why}")),
             }
         }
-        budgets
+        values
     }
 }
 
-/// `host:port`, where host is an IP address or a name resolved at start-up
-/// (`localhost:50051`).
-fn parse_addr(text: &str) -> Result<SocketAddr, String> {
-    if let Ok(addr) = text.parse() {
-        return Ok(addr);
-    }
-    std::net::ToSocketAddrs::to_socket_addrs(text)
-        .ok()
-        .and_then(|mut addrs| addrs.next())
-        .ok_or_else(|| format!("`{text}` is not a host:port address such as 0.0.0.0:50051"))
-}
-
-fn parse_redis_url(text: &str) -> Result<(String, UrlFacts), String> {
-    let facts = crate::storage::check_redis_url(text)?;
-    Ok((text.to_owned(), facts))
-}
-
-fn parse_u64(text: &str) -> Result<u64, String> {
-    text.parse()
-        .map_err(|_| format!("`{text}` is not a whole number ≥ 0"))
-}
-
-fn parse_in_range(text: &str, min: usize, max: usize) -> Result<usize, String> {
-    match text.parse::<usize>() {
-        Ok(n) if (min..=max).contains(&n) => Ok(n),
-        _ => Err(format!(
-            "`{text}` is not a whole number from {min} to {max}"
-        )),
-    }
-}
-
-/// Seconds (`3600`) or a duration (`90d`, `12h`, `250ms`).
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
-        return text
-            .parse::<u64>()
-            .map(Duration::from_secs)
-            .map_err(|_| format!("`{text}` is too large"));
-    }
-    humantime::parse_duration(text)
-        .map_err(|_| format!("`{text}` is not a duration (seconds, or e.g. 90d, 12h, 250ms)"))
-}
-
-fn parse_positive_duration(text: &str) -> Result<Duration, String> {
-    match parse_duration(text)? {
-        d if d.is_zero() => Err("must be greater than 0".into()),
-        d => Ok(d),
-    }
-}
-
-/// A TTL or window: Redis expires keys in whole seconds here, so at least 1s.
-fn parse_whole_seconds(text: &str) -> Result<Duration, String> {
-    let d = parse_duration(text)?;
-    if d < Duration::from_secs(1) {
-        return Err(format!("`{text}` is shorter than 1s"));
-    }
-    if d.as_secs() > i64::MAX as u64 / 2_000 {
-        return Err(format!("`{text}` is too long"));
-    }
-    Ok(Duration::from_secs(d.as_secs()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn addresses_take_ips_and_host_names() {
-        assert_eq!(parse_addr("[::]:50051").unwrap().port(), 50051);
-        assert!(parse_addr("localhost:9464").unwrap().ip().is_loopback());
-        assert!(parse_addr("nowhere").is_err());
-        assert!(parse_addr("0.0.0.0:99999").is_err());
-    }
-
-    #[test]
-    fn durations_take_seconds_or_units() {
-        assert_eq!(parse_duration("90d"), Ok(Duration::from_secs(90 * 86_400)));
-        assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
-        assert!(parse_whole_seconds("500ms").is_err());
-        assert!(parse_duration("ninety").is_err());
-    }
+/// The declared key of each Redis setting.
+fn redis_key(setting: RedisSetting) -> &'static str {
+    let declared: &About = match setting {
+        RedisSetting::Url => &declared::REDIS_URL.about,
+        RedisSetting::Username => &declared::REDIS_USERNAME.about,
+        RedisSetting::Password => &declared::REDIS_PASSWORD.about,
+        RedisSetting::TlsCaFile => &declared::REDIS_TLS_CA_FILE.about,
+        RedisSetting::TlsCertFile => &declared::REDIS_TLS_CERT_FILE.about,
+        RedisSetting::TlsKeyFile => &declared::REDIS_TLS_KEY_FILE.about,
+    };
+    declared.key
 }

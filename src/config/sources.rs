@@ -9,10 +9,14 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use super::{ENV_PREFIX, KNOWN_KEYS};
+use super::ENV_PREFIX;
+use super::declarations::ALL;
 
-const OVERRIDE_KEY_PREFIX: &str = "max_customers_";
-const OVERRIDE_TABLE: &str = "max_customers_overrides";
+/// The TOML table that lists a per-merchant family's values by merchant id:
+/// `[max_customers_overrides]` for `max_customers_{merchant_id}`.
+fn family_table(family: &str) -> String {
+    format!("{family}overrides")
+}
 
 /// Where a raw value came from, so a problem can point at it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,10 +44,11 @@ impl Raw {
         format!("{ENV_PREFIX}{}", key.to_ascii_uppercase())
     }
 
-    /// The same for a per-merchant budget, whose merchant id keeps its case.
-    pub fn describe_override(&self, merchant: &str) -> String {
-        let key = format!("{OVERRIDE_KEY_PREFIX}{merchant}");
-        self.describe_var(&format!("{ENV_PREFIX}MAX_CUSTOMERS_{merchant}"), &key)
+    /// The same for a per-merchant setting, whose merchant id keeps its case.
+    pub fn describe_member(&self, family: &str, merchant: &str) -> String {
+        let key = format!("{family}{merchant}");
+        let var = format!("{ENV_PREFIX}{}{merchant}", family.to_ascii_uppercase());
+        self.describe_var(&var, &key)
     }
 
     fn describe_var(&self, var: &str, key: &str) -> String {
@@ -57,9 +62,10 @@ impl Raw {
 /// The layered raw values, later layers already winning.
 #[derive(Debug, Default)]
 pub(super) struct RawValues {
-    pub values: HashMap<&'static str, Raw>,
-    /// Merchant id → budget text.
-    pub overrides: HashMap<String, Raw>,
+    /// By key; a file form under `{key}_file`.
+    pub values: HashMap<String, Raw>,
+    /// By family key, then merchant id.
+    pub per_merchant: HashMap<&'static str, HashMap<String, Raw>>,
     pub problems: Vec<String>,
 }
 
@@ -100,11 +106,17 @@ impl RawValues {
     /// Files `value` under its canonical key; false when the key is unknown.
     fn absorb(&mut self, key: &str, value: Raw) -> bool {
         match setting_named(key) {
-            Some(Setting::Known(known)) => {
-                self.values.insert(known, value);
+            Some(Named::Setting(key)) => {
+                self.values.insert(key.to_owned(), value);
             }
-            Some(Setting::Override(merchant)) => {
-                self.overrides.insert(merchant.to_owned(), value);
+            Some(Named::File(key)) => {
+                self.values.insert(format!("{key}_file"), value);
+            }
+            Some(Named::Member { family, merchant }) => {
+                self.per_merchant
+                    .entry(family)
+                    .or_default()
+                    .insert(merchant.to_owned(), value);
             }
             None => return false,
         }
@@ -113,20 +125,40 @@ impl RawValues {
 }
 
 /// What a setting's name (with or without the `STICKY_ROUTING_` prefix, in
-/// any case) stands for.
-pub(super) enum Setting<'k> {
-    Known(&'static str),
-    /// A per-merchant budget; the merchant id keeps its case.
-    Override(&'k str),
+/// any case) stands for, by the declarations.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Named<'k> {
+    /// The setting with this key.
+    Setting(&'static str),
+    /// The `_FILE` form of the setting with this key.
+    File(&'static str),
+    /// A member of a per-merchant family; the merchant id keeps its case.
+    Member {
+        family: &'static str,
+        merchant: &'k str,
+    },
 }
 
-pub(super) fn setting_named(key: &str) -> Option<Setting<'_>> {
-    let key = strip_prefix_ignoring_case(key, ENV_PREFIX).unwrap_or(key);
-    let lower = key.to_ascii_lowercase();
-    if let Some(known) = KNOWN_KEYS.iter().find(|k| **k == lower) {
-        return Some(Setting::Known(known));
+pub(super) fn setting_named(name: &str) -> Option<Named<'_>> {
+    let name = strip_prefix_ignoring_case(name, ENV_PREFIX).unwrap_or(name);
+    let lower = name.to_ascii_lowercase();
+    for about in ALL.iter().filter(|about| !about.per_merchant) {
+        if lower == about.key {
+            return Some(Named::Setting(about.key));
+        }
+        if about.or_file && lower.strip_prefix(about.key) == Some("_file") {
+            return Some(Named::File(about.key));
+        }
     }
-    strip_prefix_ignoring_case(key, OVERRIDE_KEY_PREFIX).map(Setting::Override)
+    ALL.iter()
+        .filter(|about| about.per_merchant)
+        .find_map(|about| {
+            let merchant = strip_prefix_ignoring_case(name, about.key)?;
+            Some(Named::Member {
+                family: about.key,
+                merchant,
+            })
+        })
 }
 
 fn strip_prefix_ignoring_case<'k>(key: &'k str, prefix: &str) -> Option<&'k str> {
@@ -135,8 +167,8 @@ fn strip_prefix_ignoring_case<'k>(key: &'k str, prefix: &str) -> Option<&'k str>
         .then(|| &key[prefix.len()..])
 }
 
-/// Reads the TOML file as flat `(key, text)` pairs, expanding the overrides
-/// table into `max_customers_{merchant}` keys.
+/// Reads the TOML file as flat `(key, text)` pairs, expanding a family's
+/// table (`[max_customers_overrides]`) into `max_customers_{merchant}` keys.
 fn read_file(path: &Path) -> Result<Vec<(String, String)>, String> {
     let table: HashMap<String, config::Value> = config::Config::builder()
         .add_source(config::File::from(path).format(config::FileFormat::Toml))
@@ -145,13 +177,17 @@ fn read_file(path: &Path) -> Result<Vec<(String, String)>, String> {
         .map_err(|e| e.to_string())?;
     let mut entries = Vec::new();
     for (key, value) in table {
-        if key.eq_ignore_ascii_case(OVERRIDE_TABLE) {
-            let budgets = value.into_table().map_err(|e| format!("{key}: {e}"))?;
-            for (merchant, budget) in budgets {
-                let text = budget
+        let family = ALL
+            .iter()
+            .filter(|about| about.per_merchant)
+            .find(|about| key.eq_ignore_ascii_case(&family_table(about.key)));
+        if let Some(family) = family {
+            let values = value.into_table().map_err(|e| format!("{key}: {e}"))?;
+            for (merchant, value) in values {
+                let text = value
                     .into_string()
                     .map_err(|e| format!("{key}.{merchant}: {e}"))?;
-                entries.push((format!("{OVERRIDE_KEY_PREFIX}{merchant}"), text));
+                entries.push((format!("{}{merchant}", family.key), text));
             }
         } else {
             let text = value.into_string().map_err(|e| format!("{key}: {e}"))?;

@@ -1,7 +1,10 @@
 //! Tests of the layered settings: defaults, file, environment, credentials,
 //! TLS files, and that every bad value is reported by name.
 
+use std::collections::BTreeSet;
+
 use super::*;
+use crate::storage::{Secret, redact_url};
 
 /// Writes a file under a per-process temporary folder.
 fn temp_file(name: &str, contents: &str) -> PathBuf {
@@ -330,4 +333,91 @@ fn passwords_are_redacted() {
     )
     .unwrap();
     assert!(!format!("{s:?}").contains("hunter2"));
+}
+
+/// Every `STICKY_ROUTING_*` name in `text`, as the service reads it: a
+/// setting's key, a `_FILE` form, or a per-merchant family. `NAME[_FILE]`
+/// (as `--help` writes it) names both forms.
+fn settings_named_in(text: &str) -> Result<BTreeSet<String>, String> {
+    let mut named = BTreeSet::new();
+    for (at, _) in text.match_indices(ENV_PREFIX) {
+        let name: String = text[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || "_{}".contains(*c))
+            .collect();
+        if name == CONFIG_FILE_VAR {
+            continue;
+        }
+        if text[at + name.len()..].starts_with("[_FILE]") {
+            named.extend(settings_named_in(&format!("{name}_FILE"))?);
+        }
+        match sources::setting_named(&name) {
+            Some(sources::Named::Setting(key)) => named.insert(key.to_owned()),
+            Some(sources::Named::File(key)) => named.insert(format!("{key}_file")),
+            Some(sources::Named::Member { family, .. }) => named.insert(family.to_owned()),
+            None => return Err(format!("{name} is not a setting")),
+        };
+    }
+    Ok(named)
+}
+
+/// What the declarations say a document must name.
+fn declared_settings() -> BTreeSet<String> {
+    let mut keys = BTreeSet::new();
+    for about in declarations::ALL {
+        keys.insert(about.key.to_owned());
+        if about.or_file {
+            keys.insert(format!("{}_file", about.key));
+        }
+    }
+    keys
+}
+
+fn read_doc(path: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap()
+}
+
+#[test]
+fn the_readme_table_names_exactly_the_declared_settings() {
+    let readme = read_doc("README.md");
+    let section = readme
+        .split("\n## ")
+        .find(|section| section.starts_with("Configuration"))
+        .expect("the README has a Configuration section");
+    let table: String = section
+        .lines()
+        .filter(|line| line.starts_with('|'))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    assert_eq!(settings_named_in(&table), Ok(declared_settings()));
+}
+
+#[test]
+fn the_configmap_names_exactly_the_declared_settings() {
+    let configmap = read_doc("deploy/configmap.yaml");
+    assert_eq!(settings_named_in(&configmap), Ok(declared_settings()));
+}
+
+#[test]
+fn help_lists_every_declared_setting() {
+    let Ok(CommandLine::Exit(help)) = parse_command_line(&["--help".to_owned()], &env(&[])) else {
+        panic!("--help does not print help");
+    };
+    assert_eq!(settings_named_in(&help), Ok(declared_settings()));
+}
+
+#[test]
+fn a_per_merchant_budget_must_name_a_valid_merchant_id() {
+    let long = format!("STICKY_ROUTING_MAX_CUSTOMERS_{}", "m".repeat(200));
+    let err = Settings::load(
+        None,
+        &env(&[
+            (long.as_str(), "5"),
+            ("STICKY_ROUTING_MAX_CUSTOMERS_ok", "6"),
+        ]),
+    )
+    .unwrap_err();
+    assert_eq!(err.problems.len(), 1, "{err}");
+    assert!(err.problems[0].contains(&long), "{err}");
+    assert!(err.problems[0].contains("128 bytes"), "{err}");
 }

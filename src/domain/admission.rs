@@ -10,23 +10,27 @@
 //! Both counters live in one Redis hash per merchant so one script can roll
 //! the window and check-and-increment atomically on one key (Cluster-safe);
 //! that script, `storage/scripts/admit.lua`, mirrors [`decide`] and
-//! `tests/api/scripts.rs` holds the two equal.
+//! `src/storage/scripts/tests.rs` holds the two equal.
 
 use std::collections::HashMap;
 
 use super::ids::MerchantId;
 
 /// The admission budgets: a default and per-merchant overrides.
+///
+/// Overrides are keyed by validated merchant ids, so an override can only
+/// name a merchant a request could name: one that breaks the id rule is a
+/// configuration error, not a budget that silently never applies.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Budgets {
     pub default: u64,
-    pub overrides: HashMap<String, u64>,
+    pub overrides: HashMap<MerchantId, u64>,
 }
 
 impl Budgets {
     pub fn for_merchant(&self, merchant: &MerchantId) -> u64 {
         self.overrides
-            .get(merchant.as_str())
+            .get(merchant)
             .copied()
             .unwrap_or(self.default)
     }
@@ -189,7 +193,7 @@ mod tests {
     fn overrides_win_over_the_default() {
         let budgets = Budgets {
             default: 5,
-            overrides: HashMap::from([("m_1".to_string(), 0)]),
+            overrides: HashMap::from([(MerchantId::parse("m_1").unwrap(), 0)]),
         };
         assert_eq!(budgets.for_merchant(&MerchantId::parse("m_1").unwrap()), 0);
         assert_eq!(budgets.for_merchant(&MerchantId::parse("m2").unwrap()), 5);

@@ -3,7 +3,7 @@
 //! creates a count.
 //!
 //! The failure rule runs inside Redis as `storage/scripts/record_failure.lua`;
-//! `tests/api/scripts.rs` holds that script equal to [`after_failure`].
+//! `src/storage/scripts/tests.rs` holds that script equal to [`after_failure`].
 
 /// The outcome of one payment attempt, as the orchestrator reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -59,6 +59,14 @@ impl MerchantId {
     }
 }
 
+/// Looks a merchant up by its text, as a configured budget is: the derived
+/// `Hash` and `Eq` are the inner string's, as `Borrow` requires.
+impl std::borrow::Borrow<str> for MerchantId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 impl CustomerId {
     pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
         parse_id(raw, "customer_id").map(Self)

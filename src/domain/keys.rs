@@ -20,8 +20,17 @@ pub const CUSTOMER_KEY_PREFIX: &str = "sticky_gw_";
 /// Prefix of every per-merchant admission key.
 pub const ADMISSION_KEY_PREFIX: &str = "sticky_adm_";
 
+/// A customer's hash key. Only [`customer_key`] makes one, so a key handed
+/// to the store is always a correctly escaped customer key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CustomerKey(String);
+
+/// A merchant's admission-budget key (both window counters live in it).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AdmissionKey(String);
+
 /// The customer's hash key.
-pub fn customer_key(merchant: &MerchantId, customer: &CustomerId) -> String {
+pub fn customer_key(merchant: &MerchantId, customer: &CustomerId) -> CustomerKey {
     let mut key = String::with_capacity(
         CUSTOMER_KEY_PREFIX.len() + merchant.as_str().len() + customer.as_str().len() + 1,
     );
@@ -29,15 +38,47 @@ pub fn customer_key(merchant: &MerchantId, customer: &CustomerId) -> String {
     escape_into(&mut key, merchant.as_str(), true);
     key.push('_');
     escape_into(&mut key, customer.as_str(), false);
-    key
+    CustomerKey(key)
 }
 
-/// The merchant's admission-budget key (both window counters live in it).
-pub fn admission_key(merchant: &MerchantId) -> String {
+/// The merchant's admission-budget key.
+pub fn admission_key(merchant: &MerchantId) -> AdmissionKey {
     let mut key = String::from(ADMISSION_KEY_PREFIX);
     escape_into(&mut key, merchant.as_str(), true);
-    key
+    AdmissionKey(key)
 }
+
+/// Both key kinds read as the Redis key they are.
+macro_rules! key_as_str {
+    ($($key:ident),*) => {$(
+        impl $key {
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::ops::Deref for $key {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl PartialEq<&str> for $key {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl From<$key> for String {
+            fn from(key: $key) -> String {
+                key.0
+            }
+        }
+    )*};
+}
+
+key_as_str!(CustomerKey, AdmissionKey);
 
 fn escape_into(out: &mut String, id: &str, escape_underscore: bool) {
     for ch in id.chars() {
@@ -56,7 +97,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn key(merchant: &str, customer: &str) -> String {
+    fn key(merchant: &str, customer: &str) -> CustomerKey {
         customer_key(
             &MerchantId::parse(merchant).unwrap(),
             &CustomerId::parse(customer).unwrap(),

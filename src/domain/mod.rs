@@ -2,7 +2,7 @@
 //!
 //! Everything here is deterministic and cheap to test exhaustively; the
 //! storage layer either calls these functions or runs a Lua mirror of them
-//! that a property test holds equal to them (see `tests/api/scripts.rs`).
+//! that a property test holds equal to them (see `src/storage/scripts/tests.rs`).
 
 pub mod admission;
 pub mod combo;
@@ -12,5 +12,7 @@ pub mod ids;
 pub mod keys;
 pub mod pin;
 pub mod prune;
+pub mod rules;
 
 pub use ids::InvalidInput;
+pub use rules::Rules;

@@ -3,7 +3,7 @@
 //! never the field just written; ties go bytewise-smallest field first.
 //!
 //! The prune has to be atomic with the write, so it runs inside Redis as
-//! `storage/scripts/record_success.lua`; `tests/api/scripts.rs` holds that
+//! `storage/scripts/record_success.lua`; `src/storage/scripts/tests.rs` holds that
 //! script equal to [`fields_to_prune`].
 
 use std::cmp::Ordering;

@@ -1,9 +1,26 @@
-//! The storage layer's one error type, already sorted by what the caller
-//! can do about it.
+//! The storage layer's errors: [`StorageError`] for a call, sorted by what
+//! the caller can do about it, and [`ConnectError`] for settings that no
+//! amount of retrying will make work.
 
 use std::time::Duration;
 
 use fred::prelude::{Error, ErrorKind};
+
+use super::tls::TlsError;
+
+/// Why a store could not be built: a deployment to fix, not a Redis that
+/// is down (that only shows later, as [`StorageError::Unavailable`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("the redis URL cannot be used: {0}")]
+    Url(#[source] Error),
+    #[error("redis TLS cannot be set up: {0}")]
+    Tls(#[from] TlsError),
+    #[error("the redis client cannot be built: {0}")]
+    Client(#[source] Error),
+    #[error("the sentinel watch cannot be built: {0}")]
+    Sentinel(#[source] Error),
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {

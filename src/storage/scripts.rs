@@ -81,3 +81,6 @@ impl Default for Scripts {
         Self::new()
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -5,8 +5,8 @@
 //! failover the old primary keeps its clients and keeps accepting writes
 //! until Sentinel demotes it, which on Sentinel's 10 s INFO period can take
 //! that long; every write acknowledged there meanwhile is lost when it
-//! resyncs from the new primary (11.3 s and 5,210 of 6,117 acknowledged
-//! increments in the failover test, before this module).
+//! resyncs from the new primary. The Sentinel failover test
+//! (`tests/api/failover.rs`) measures that loss; the README quotes it.
 //!
 //! Two things close that gap:
 //! - **Follow.** Every half second, and at once on Sentinel's
@@ -28,7 +28,8 @@ use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
 use fred::prelude::{Builder, Config, Error, Options, ReconnectPolicy};
 use fred::types::config::{Server, ServerConfig};
 use tokio::sync::Notify;
-use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// How often Sentinel is asked for the primary.
 const INTERVAL: Duration = Duration::from_millis(500);
@@ -90,20 +91,19 @@ impl WriteFence {
     }
 }
 
-/// The running watch: its fence, its tasks (aborted on drop) and its
-/// connections to the sentinels (closed by [`SentinelWatch::stop`]).
+/// The running watch: its fence and its connections to the sentinels
+/// (closed by [`SentinelWatch::close`]). Its tasks run on the store's
+/// tracker and end with the store's stop token.
 pub struct SentinelWatch {
     pub fence: Arc<WriteFence>,
-    tasks: Vec<JoinHandle<()>>,
     queries: Vec<Client>,
     events: Vec<SubscriberClient>,
 }
 
 impl SentinelWatch {
-    /// Stops the tasks and closes the sentinel connections, which would
-    /// otherwise keep reconnecting after the store quit.
-    pub async fn stop(&self) {
-        self.abort_tasks();
+    /// Closes the sentinel connections, which would otherwise keep
+    /// reconnecting after the store quit. The store cancels the tasks first.
+    pub async fn close(&self) {
         for query in &self.queries {
             let _ = query.quit().await;
         }
@@ -111,22 +111,16 @@ impl SentinelWatch {
             let _ = events.quit().await;
         }
     }
-
-    fn abort_tasks(&self) {
-        for task in &self.tasks {
-            task.abort();
-        }
-    }
 }
 
-impl Drop for SentinelWatch {
-    fn drop(&mut self) {
-        self.abort_tasks();
-    }
-}
-
-/// Starts the watch when `config` points at Sentinel; `None` otherwise.
-pub fn spawn(config: &Config, pool: Pool) -> Result<Option<SentinelWatch>, Error> {
+/// Starts the watch when `config` points at Sentinel; `None` otherwise. Its
+/// tasks run on `tasks` until `stop` is cancelled.
+pub fn spawn(
+    config: &Config,
+    pool: Pool,
+    tasks: &TaskTracker,
+    stop: &CancellationToken,
+) -> Result<Option<SentinelWatch>, Error> {
     let ServerConfig::Sentinel {
         hosts,
         service_name,
@@ -152,31 +146,31 @@ pub fn spawn(config: &Config, pool: Pool) -> Result<Option<SentinelWatch>, Error
     let check_now = Arc::new(Notify::new());
     let mut queries = Vec::with_capacity(hosts.len());
     let mut subscribers = Vec::with_capacity(hosts.len());
-    let mut tasks = Vec::with_capacity(hosts.len() + 1);
     for host in hosts {
         let query = sentinel_config(host).build()?;
         drop(query.connect());
         queries.push(query);
         let events = sentinel_config(host).build_subscriber_client()?;
         subscribers.push(events.clone());
-        tasks.push(tokio::spawn(listen(
+        let events = listen(
             events,
             service_name.clone(),
             pool.clone(),
             fence.clone(),
             check_now.clone(),
-        )));
+        );
+        super::spawn_until_stopped(tasks, stop, events);
     }
-    tasks.push(tokio::spawn(follow(
+    let follow = follow(
         queries.clone(),
         service_name.clone(),
         pool,
         fence.clone(),
         check_now,
-    )));
+    );
+    super::spawn_until_stopped(tasks, stop, follow);
     Ok(Some(SentinelWatch {
         fence,
-        tasks,
         queries,
         events: subscribers,
     }))

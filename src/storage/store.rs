@@ -1,30 +1,40 @@
 //! [`RedisStore`]: domain-typed operations over a fred connection pool.
+//!
+//! The public surface is what a caller may do with customer state: read it,
+//! forget it, check that Redis answers. The scripts that change counts are
+//! crate-private and take typed keys, so the only way to write is the
+//! record flow (`crate::record`), which never skips admission.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use fred::clients::{Client, Pool, WithOptions};
 use fred::interfaces::{ClientLike, EventInterface, HashesInterface, KeysInterface};
 use fred::prelude::{Builder, Config, Error, Options, ReconnectPolicy, Value};
+use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::task::TaskTracker;
 
-use super::StorageError;
+use super::error::{ConnectError, StorageError};
 use super::scripts::{LuaScript, Scripts};
 use super::sentinel_watch::SentinelWatch;
-use crate::config::{RedisSettings, RuleSettings};
+use super::settings::RedisSettings;
 use crate::domain::admission::{Decision, WindowCounters};
 use crate::domain::combo::Combo;
 use crate::domain::counts::Recorded;
 use crate::domain::ids::{CustomerId, MerchantId};
-use crate::domain::keys;
+use crate::domain::keys::{self, AdmissionKey, CustomerKey};
 
 /// The Redis-backed store. Cheap to clone: clones share the pool.
 #[derive(Clone)]
 pub struct RedisStore {
     pool: Pool,
     scripts: Arc<Scripts>,
-    rules: Arc<RuleSettings>,
     command_timeout: Duration,
+    /// Stops the store's background tasks: cancelled by [`Self::quit`], or
+    /// when the last clone is dropped.
+    stop: CancellationToken,
+    _stop_on_drop: Arc<DropGuard>,
     /// The latest connection error (refused, wrong password, untrusted
     /// certificate), so readiness can say why Redis does not answer.
     connection_problem: Arc<Mutex<Option<String>>>,
@@ -34,7 +44,7 @@ pub struct RedisStore {
 
 /// One success write, as the record_success script takes it.
 #[derive(Debug, Clone, Copy)]
-pub struct SuccessWrite<'a> {
+pub(crate) struct SuccessWrite<'a> {
     pub field: &'a str,
     pub ttl_secs: u64,
     pub cap: u32,
@@ -44,7 +54,7 @@ pub struct SuccessWrite<'a> {
 
 /// One admission request, as the admit script takes it.
 #[derive(Debug, Clone, Copy)]
-pub struct AdmissionRequest {
+pub(crate) struct AdmissionRequest {
     pub now_ms: i64,
     pub window_ms: i64,
     pub budget: u64,
@@ -66,10 +76,10 @@ impl Call {
 impl RedisStore {
     /// Builds the pool and starts connecting in the background. It does not
     /// wait for Redis: the service starts (and reports liveness) while Redis
-    /// is down, and readiness follows Redis.
-    pub fn connect(redis: &RedisSettings, rules: &RuleSettings) -> Result<Self, StorageError> {
-        let mut config = Config::from_url(&redis.url)
-            .map_err(|e| StorageError::Unavailable(format!("bad redis url: {}", e.details())))?;
+    /// is down, and readiness follows Redis. The store's own background
+    /// tasks run on `tasks` and end when the store quits.
+    pub fn connect(redis: &RedisSettings, tasks: &TaskTracker) -> Result<Self, ConnectError> {
+        let mut config = Config::from_url(&redis.url).map_err(ConnectError::Url)?;
         if let Some(username) = &redis.username {
             config.username = Some(username.clone());
         }
@@ -77,8 +87,7 @@ impl RedisStore {
             config.password = Some(password.expose().to_owned());
         }
         if let Some(files) = &redis.tls {
-            let tls = super::tls::client_config(files)
-                .map_err(|e| StorageError::Unavailable(format!("redis TLS: {e}")))?;
+            let tls = super::tls::client_config(files)?;
             config.tls = Some(tls.into());
         }
         // Keep retrying the first connection too, rather than giving up.
@@ -97,24 +106,25 @@ impl RedisStore {
             .with_performance_config(|p| p.default_command_timeout = redis.command_timeout)
             .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
             .build_pool(redis.pool_size)
-            .map_err(|e| StorageError::Unavailable(e.to_string()))?;
+            .map_err(ConnectError::Client)?;
+        let stop = CancellationToken::new();
+        let sentinel_watch = super::sentinel_watch::spawn(&config, pool.clone(), tasks, &stop)
+            .map_err(ConnectError::Sentinel)?
+            .map(Arc::new);
         let connection_problem = Arc::new(Mutex::new(None));
         for client in pool.clients() {
-            tokio::spawn(report_connection_errors(
-                client.error_rx(),
-                connection_problem.clone(),
-            ));
+            let errors = report_connection_errors(client.error_rx(), connection_problem.clone());
+            super::spawn_until_stopped(tasks, &stop, errors);
         }
-        // The connection tasks run until `quit`; their handles are not needed.
+        // fred's own connection tasks run until `quit`; their handles are
+        // not needed.
         drop(pool.connect_pool());
-        let sentinel_watch = super::sentinel_watch::spawn(&config, pool.clone())
-            .map_err(|e| StorageError::Unavailable(format!("sentinel: {e}")))?
-            .map(Arc::new);
         Ok(Self {
             pool,
             scripts: Arc::new(Scripts::new()),
-            rules: Arc::new(rules.clone()),
             command_timeout: redis.command_timeout,
+            _stop_on_drop: Arc::new(stop.clone().drop_guard()),
+            stop,
             connection_problem,
             sentinel_watch,
         })
@@ -147,10 +157,11 @@ impl RedisStore {
         Ok(())
     }
 
-    /// Closes the pool's connections.
+    /// Stops the store's background tasks and closes every connection.
     pub async fn quit(&self) {
+        self.stop.cancel();
         if let Some(watch) = &self.sentinel_watch {
-            watch.stop().await;
+            watch.close().await;
         }
         let _ = self.pool.quit().await;
     }
@@ -164,58 +175,6 @@ impl RedisStore {
             .map_err(|e| call.error(&e))
     }
 
-    /// A success: one round trip for an existing customer; a new customer
-    /// first passes the merchant's admission budget.
-    pub async fn record_success(
-        &self,
-        merchant: &MerchantId,
-        customer: &CustomerId,
-        combo: &Combo,
-        deadline: Instant,
-    ) -> Result<Recorded, StorageError> {
-        let key = keys::customer_key(merchant, customer);
-        let mut write = SuccessWrite {
-            field: combo.field(),
-            ttl_secs: self.rules.key_ttl.as_secs(),
-            cap: self.rules.max_combos_per_customer,
-            create: false,
-        };
-        if let Some(recorded) = self.write_success(&key, write, deadline).await? {
-            return Ok(recorded);
-        }
-        let request = AdmissionRequest {
-            now_ms: unix_millis(),
-            window_ms: i64::try_from(self.rules.admission_window.as_millis()).unwrap_or(i64::MAX),
-            budget: self.rules.budgets.for_merchant(merchant),
-        };
-        if !self
-            .admit(&keys::admission_key(merchant), request, deadline)
-            .await?
-            .admitted
-        {
-            return Ok(Recorded::NotAdmitted);
-        }
-        write.create = true;
-        self.write_success(&key, write, deadline)
-            .await?
-            .ok_or_else(|| {
-                StorageError::Unexpected("record_success did not create the hash".into())
-            })
-    }
-
-    /// A gateway failure: decrement, floor at 0, delete at 0, never create.
-    pub async fn record_failure(
-        &self,
-        merchant: &MerchantId,
-        customer: &CustomerId,
-        combo: &Combo,
-        deadline: Instant,
-    ) -> Result<Recorded, StorageError> {
-        let key = keys::customer_key(merchant, customer);
-        self.write_failure(&key, combo.field(), self.rules.key_ttl.as_secs(), deadline)
-            .await
-    }
-
     /// Every field of the customer's hash with its count (HGETALL): one round
     /// trip, no state change.
     pub async fn read_combos(
@@ -226,7 +185,11 @@ impl RedisStore {
     ) -> Result<Vec<(String, i64)>, StorageError> {
         let call = self.call(deadline)?;
         let key = keys::customer_key(merchant, customer);
-        let reply: Value = call.client.hgetall(key).await.map_err(|e| call.error(&e))?;
+        let reply: Value = call
+            .client
+            .hgetall(key.as_str())
+            .await
+            .map_err(|e| call.error(&e))?;
         fields_of(reply).map_err(|e| call.error(&e))
     }
 
@@ -259,7 +222,7 @@ impl RedisStore {
         let call = self.write_call(deadline)?;
         let deleted: i64 = call
             .client
-            .del(keys::customer_key(merchant, customer))
+            .del(keys::customer_key(merchant, customer).as_str())
             .await
             .map_err(|e| call.error(&e))?;
         Ok(deleted > 0)
@@ -267,9 +230,9 @@ impl RedisStore {
 
     /// Runs record_success.lua. `None`: the hash is absent and `create` was
     /// false, so nothing was written and the customer needs admission.
-    pub async fn write_success(
+    pub(crate) async fn write_success(
         &self,
-        key: &str,
+        key: &CustomerKey,
         write: SuccessWrite<'_>,
         deadline: Instant,
     ) -> Result<Option<Recorded>, StorageError> {
@@ -294,15 +257,19 @@ impl RedisStore {
         }
     }
 
-    /// Runs record_failure.lua.
-    pub async fn write_failure(
+    /// Runs record_failure.lua: decrement, floor at 0, delete at 0, never
+    /// create.
+    pub(crate) async fn write_failure(
         &self,
-        key: &str,
-        field: &str,
+        key: &CustomerKey,
+        combo: &Combo,
         ttl_secs: u64,
         deadline: Instant,
     ) -> Result<Recorded, StorageError> {
-        let args = vec![Value::from(field), Value::from(ttl_secs.to_string())];
+        let args = vec![
+            Value::from(combo.field()),
+            Value::from(ttl_secs.to_string()),
+        ];
         let reply = self
             .run_script(&self.scripts.record_failure, key, args, deadline)
             .await?;
@@ -319,9 +286,9 @@ impl RedisStore {
     }
 
     /// Runs admit.lua against a merchant's admission key.
-    pub async fn admit(
+    pub(crate) async fn admit(
         &self,
-        key: &str,
+        key: &AdmissionKey,
         request: AdmissionRequest,
         deadline: Instant,
     ) -> Result<Decision, StorageError> {
@@ -443,10 +410,4 @@ async fn report_connection_errors(
             *last = Some(text);
         }
     }
-}
-
-fn unix_millis() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

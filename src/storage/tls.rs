@@ -14,7 +14,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ClientConfig, RootCertStore};
 
-use crate::config::{ClientCertFiles, TlsFiles};
+use super::settings::{ClientCertFiles, TlsFiles};
 
 /// Which file a TLS problem is about, so config checking can name its
 /// variable.

@@ -9,17 +9,10 @@ use crate::domain::counts::{Outcome, Recorded};
 use crate::domain::habits::Habit;
 use crate::domain::ids::{Connector, CustomerId, MerchantId, PaymentMethod, PaymentMethodType};
 use crate::domain::pin::{Candidate, PinQuery};
+use crate::record::RecordCommand;
 
 /// The most connectors a GetPin may list.
 pub const MAX_ELIGIBLE_CONNECTORS: usize = 64;
-
-/// A validated RecordOutcome.
-pub struct RecordCommand {
-    pub merchant: MerchantId,
-    pub customer: CustomerId,
-    pub combo: Combo,
-    pub outcome: Outcome,
-}
 
 pub fn record_command(req: &pb::RecordOutcomeRequest) -> Result<RecordCommand, InvalidInput> {
     let (merchant, customer) = customer_ref(&req.merchant_id, &req.customer_id)?;

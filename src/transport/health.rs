@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
@@ -15,22 +15,21 @@ pub const API_SERVICE: &str = "sticky_routing.v1.StickyRouting";
 /// The whole-process status.
 pub const PROCESS_SERVICE: &str = "";
 
-/// Pings Redis every `every` and reports the API's status, until `stop`
-/// turns true.
+/// Pings Redis every `every` and reports the API's status, until `drain`
+/// is cancelled; then turns every status NOT_SERVING and returns, so the
+/// caller knows no later ping can turn one back.
 pub async fn follow_redis(
     reporter: HealthReporter,
     store: RedisStore,
     every: Duration,
-    mut stop: watch::Receiver<bool>,
+    drain: CancellationToken,
 ) {
     let mut last = None;
     loop {
-        let ping = store
-            .ping(Instant::now() + every.min(Duration::from_secs(1)))
-            .await;
-        if *stop.borrow() {
-            return;
-        }
+        let deadline = Instant::now() + every.min(Duration::from_secs(1));
+        let Some(ping) = drain.run_until_cancelled(store.ping(deadline)).await else {
+            break;
+        };
         let ok = ping.is_ok();
         if last != Some(ok) {
             match ping {
@@ -49,15 +48,19 @@ pub async fn follow_redis(
             reporter.set_service_status(API_SERVICE, status).await;
             last = Some(ok);
         }
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = stop.changed() => return,
+        if drain
+            .run_until_cancelled(tokio::time::sleep(every))
+            .await
+            .is_none()
+        {
+            break;
         }
     }
+    set_all_not_serving(&reporter).await;
 }
 
 /// Turns every status NOT_SERVING, for shutdown.
-pub async fn set_all_not_serving(reporter: &HealthReporter) {
+async fn set_all_not_serving(reporter: &HealthReporter) {
     for service in [PROCESS_SERVICE, API_SERVICE] {
         reporter
             .set_service_status(service, ServingStatus::NotServing)

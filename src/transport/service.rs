@@ -1,6 +1,7 @@
 //! The `sticky_routing.v1.StickyRouting` handlers. Each one validates its
-//! request into domain values, calls the store once, and records metrics;
-//! the rules themselves live in `domain` and `storage`.
+//! request into domain values, runs one operation (the record flow, or one
+//! store read), and records metrics; the rules themselves live in `domain`,
+//! and the record flow in `crate::record`.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,9 +14,11 @@ use super::deadline::deadline_of;
 use super::pb;
 use super::pb::sticky_routing_server::StickyRouting;
 use super::status::ApiError;
-use crate::domain::counts::{Outcome, Recorded};
+use crate::domain::Rules;
+use crate::domain::counts::Recorded;
 use crate::domain::habits::ordered_habits;
 use crate::domain::pin::rank_candidates;
+use crate::record::record_outcome;
 use crate::storage::{RedisStore, StorageError};
 use crate::telemetry::Metrics;
 
@@ -23,7 +26,7 @@ use crate::telemetry::Metrics;
 pub struct StickyRoutingService {
     store: RedisStore,
     metrics: Arc<Metrics>,
-    min_pin_count: i64,
+    rules: Arc<Rules>,
     /// The longest a call may take when the caller sets no shorter deadline.
     call_ceiling: Duration,
 }
@@ -32,13 +35,13 @@ impl StickyRoutingService {
     pub fn new(
         store: RedisStore,
         metrics: Arc<Metrics>,
-        min_pin_count: i64,
+        rules: Arc<Rules>,
         call_ceiling: Duration,
     ) -> Self {
         Self {
             store,
             metrics,
-            min_pin_count,
+            rules,
             call_ceiling,
         }
     }
@@ -91,18 +94,7 @@ impl StickyRouting for StickyRoutingService {
         self.handle("RecordOutcome", request, |req, deadline| async move {
             let result = async {
                 let cmd = convert::record_command(&req)?;
-                let recorded = match cmd.outcome {
-                    Outcome::Success => {
-                        self.store
-                            .record_success(&cmd.merchant, &cmd.customer, &cmd.combo, deadline)
-                            .await?
-                    }
-                    Outcome::GatewayFailure => {
-                        self.store
-                            .record_failure(&cmd.merchant, &cmd.customer, &cmd.combo, deadline)
-                            .await?
-                    }
-                };
+                let recorded = record_outcome(&self.store, &self.rules, &cmd, deadline).await?;
                 if let Recorded::NotAdmitted = recorded {
                     tracing::debug!(
                         merchant = cmd.merchant.as_str(),
@@ -132,7 +124,8 @@ impl StickyRouting for StickyRoutingService {
     ) -> Result<Response<pb::GetPinResponse>, Status> {
         self.handle("GetPin", request, |req, deadline| async move {
             let result = async {
-                let (merchant, customer, query) = convert::pin_query(&req, self.min_pin_count)?;
+                let (merchant, customer, query) =
+                    convert::pin_query(&req, self.rules.min_pin_count)?;
                 let fields = self
                     .store
                     .read_combos(&merchant, &customer, deadline)

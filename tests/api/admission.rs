@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use fred::prelude::KeysInterface;
 use sticky_routing::config::Settings;
+use sticky_routing::domain::ids::MerchantId;
 use sticky_routing::transport::pb;
 
 use rstest::rstest;
@@ -19,7 +20,10 @@ async fn app_with_budget(topology: Topology, default: u64, overrides: &[(&str, u
 
 fn budgets(settings: &mut Settings, default: u64, overrides: &[(&str, u64)]) {
     settings.rules.budgets.default = default;
-    settings.rules.budgets.overrides = overrides.iter().map(|(m, b)| (m.to_string(), *b)).collect();
+    settings.rules.budgets.overrides = overrides
+        .iter()
+        .map(|(m, b)| (MerchantId::parse(m).unwrap(), *b))
+        .collect();
     // Under a loaded test machine, do not let the 250ms default fail a call.
     settings.redis.command_timeout = Duration::from_secs(5);
 }

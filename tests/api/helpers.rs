@@ -11,8 +11,9 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use fred::prelude::{Builder, Client, ClientLike, Config, KeysInterface};
-use sticky_routing::config::{Secret, Settings};
+use sticky_routing::config::Settings;
 use sticky_routing::startup::{Application, StartupError};
+use sticky_routing::storage::Secret;
 use sticky_routing::transport::pb;
 use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
 use tokio::sync::oneshot;

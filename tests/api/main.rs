@@ -19,6 +19,5 @@ mod record_outcome;
 mod redis_cluster;
 mod redis_sentinel;
 mod redis_server;
-mod scripts;
 mod shutdown;
 mod tls;

@@ -1,6 +1,7 @@
 //! What operators see: Prometheus metrics on `/metrics`, and server
 //! reflection for grpcurl and ghz.
 
+use sticky_routing::domain::ids::MerchantId;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic_reflection::pb::v1::ServerReflectionRequest;
 use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
@@ -27,7 +28,10 @@ async fn scrape(app: &TestApp) -> String {
 async fn metrics_count_outcomes_prunes_and_latency() {
     let app = spawn_app_with(|s| {
         s.rules.max_combos_per_customer = 1;
-        s.rules.budgets.overrides.insert("closed".into(), 0);
+        s.rules
+            .budgets
+            .overrides
+            .insert(MerchantId::parse("closed").unwrap(), 0);
     })
     .await;
     app.success("c1", "A").await;

@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sticky_routing::config::{ClientCertFiles, Settings, TlsFiles};
+use sticky_routing::config::Settings;
 use sticky_routing::startup::Application;
+use sticky_routing::storage::{ClientCertFiles, TlsFiles};
 use sticky_routing::transport::pb;
 use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
 use tokio::io::AsyncReadExt;

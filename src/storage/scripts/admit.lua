@@ -1,7 +1,7 @@
 -- Admission of one new customer against the merchant's sliding-window budget.
 -- Both window counters live in this one hash, so rolling the window and the
 -- check-and-increment are one atomic step on one key (Cluster-safe).
--- Mirrors domain::admission::decide (held equal by tests/api/scripts.rs).
+-- Mirrors domain::admission::decide (held equal by src/storage/scripts/tests.rs).
 --
 -- KEYS[1]  the merchant's admission hash: fields w (window index), cur, prev
 -- ARGV[1]  now in ms   ARGV[2]  window length in ms   ARGV[3]  the budget

@@ -1,7 +1,7 @@
 -- A gateway failure: decrement a present combo, floored at 0, deleting it at
 -- 0; never create anything. Atomic, so concurrent writes can neither leave a
 -- zero or negative count behind nor lose an update.
--- Mirrors domain::counts::after_failure (held equal by tests/api/scripts.rs).
+-- Mirrors domain::counts::after_failure (held equal by src/storage/scripts/tests.rs).
 --
 -- KEYS[1]  the customer hash
 -- ARGV[1]  the combo field        ARGV[2]  the key TTL in seconds

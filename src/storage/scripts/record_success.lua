@@ -1,6 +1,6 @@
 -- A success: HINCRBY the combo and re-arm the sliding TTL in one atomic step,
 -- then, if the write created a new field past the cap, prune the excess.
--- Mirrors domain::prune::fields_to_prune (held equal by tests/api/scripts.rs).
+-- Mirrors domain::prune::fields_to_prune (held equal by src/storage/scripts/tests.rs).
 --
 -- KEYS[1]  the customer hash
 -- ARGV[1]  the combo field        ARGV[2]  the key TTL in seconds

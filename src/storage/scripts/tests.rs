@@ -5,6 +5,10 @@
 //! functions in `domain` and as scripts in `storage/scripts`. These property
 //! tests run both on the same random inputs and demand the same answers, so
 //! the two copies cannot drift apart.
+//!
+//! They live inside the crate because the script calls are crate-private:
+//! only the record flow may write. They start their own `redis-server` with
+//! the integration tests' harness, included from `tests/api`.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -12,13 +16,44 @@ use std::time::{Duration, Instant};
 use fred::prelude::{HashesInterface, KeysInterface};
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
-use sticky_routing::config::Settings;
-use sticky_routing::domain::admission::{WindowCounters, decide};
-use sticky_routing::domain::counts::{Recorded, after_failure};
-use sticky_routing::domain::prune::fields_to_prune;
-use sticky_routing::storage::{AdmissionRequest, RedisStore, SuccessWrite};
+use tokio_util::task::TaskTracker;
 
-use crate::helpers::*;
+use crate::domain::admission::{WindowCounters, decide};
+use crate::domain::combo::Combo;
+use crate::domain::counts::{Recorded, after_failure};
+use crate::domain::ids::{Connector, CustomerId, MerchantId, PaymentMethod, PaymentMethodType};
+use crate::domain::keys::{self, AdmissionKey, CustomerKey};
+use crate::domain::prune::fields_to_prune;
+use crate::storage::{AdmissionRequest, RedisSettings, RedisStore, Secret, SuccessWrite};
+
+#[path = "../../../tests/api/redis_server.rs"]
+#[allow(dead_code, reason = "the harness serves the integration tests too")]
+mod redis_server;
+
+use redis_server::{RedisServer, SERVICE_PASSWORD, SERVICE_USER};
+
+/// Settings for the store: the least-privilege user, a small pool.
+fn test_settings(redis: &RedisServer) -> RedisSettings {
+    RedisSettings {
+        url: redis.url(),
+        username: Some(SERVICE_USER.into()),
+        password: Some(Secret::new(SERVICE_PASSWORD)),
+        tls: None,
+        pool_size: 2,
+        command_timeout: Duration::from_secs(1),
+    }
+}
+
+fn customer_key(merchant: &str, customer: &str) -> CustomerKey {
+    keys::customer_key(
+        &MerchantId::parse(merchant).unwrap(),
+        &CustomerId::parse(customer).unwrap(),
+    )
+}
+
+fn admission_key(merchant: &str) -> AdmissionKey {
+    keys::admission_key(&MerchantId::parse(merchant).unwrap())
+}
 
 /// A store and an inspection client on one Redis, driven from sync proptest.
 struct Harness {
@@ -35,9 +70,9 @@ impl Harness {
             .enable_all()
             .build()
             .unwrap();
-        let settings: Settings = test_settings(&redis);
+        let settings = test_settings(&redis);
         let (store, inspect) = runtime.block_on(async {
-            let store = RedisStore::connect(&settings.redis, &settings.rules).unwrap();
+            let store = RedisStore::connect(&settings, &TaskTracker::new()).unwrap();
             assert!(store.wait_connected(Duration::from_secs(5)).await);
             let inspect = fred::prelude::Builder::from_config(
                 fred::prelude::Config::from_url(&redis.url()).unwrap(),
@@ -101,9 +136,9 @@ fn the_success_script_prunes_as_the_domain_does() {
     );
     runner()
         .run(&inputs, |(mut existing, new_field, cap)| {
-            let key = "sticky_gw_prop_prune";
+            let key = customer_key("prop", "prune");
             existing.remove(&new_field);
-            h.arrange(key, &existing);
+            h.arrange(&key, &existing);
 
             let write = SuccessWrite {
                 field: &new_field,
@@ -113,7 +148,7 @@ fn the_success_script_prunes_as_the_domain_does() {
             };
             let reply = h
                 .runtime
-                .block_on(h.store.write_success(key, write, deadline()))
+                .block_on(h.store.write_success(&key, write, deadline()))
                 .unwrap();
 
             let mut after_write: Vec<(String, i64)> = existing.into_iter().collect();
@@ -131,7 +166,7 @@ fn the_success_script_prunes_as_the_domain_does() {
                     pruned: victims.len() as u32
                 })
             );
-            prop_assert_eq!(h.hash(key), expected);
+            prop_assert_eq!(h.hash(&key), expected);
             Ok(())
         })
         .unwrap();
@@ -142,17 +177,23 @@ fn the_failure_script_floors_as_the_domain_does() {
     let h = Harness::new();
     runner()
         .run(&(1i64..5, 0usize..3), |(count, others)| {
-            let key = "sticky_gw_prop_failure";
-            let field = "INTERAC:RTP:X".to_string();
+            let key = customer_key("prop", "failure");
+            let combo = Combo::new(
+                &PaymentMethod::parse("INTERAC").unwrap(),
+                &PaymentMethodType::parse("RTP").unwrap(),
+                &Connector::parse("X").unwrap(),
+            )
+            .unwrap();
+            let field = combo.field().to_string();
             let mut fields: HashMap<String, i64> = (0..others)
                 .map(|i| (format!("CARD:DEBIT:{i}"), 3))
                 .collect();
             fields.insert(field.clone(), count);
-            h.arrange(key, &fields);
+            h.arrange(&key, &fields);
 
             let reply = h
                 .runtime
-                .block_on(h.store.write_failure(key, &field, 100, deadline()))
+                .block_on(h.store.write_failure(&key, &combo, 100, deadline()))
                 .unwrap();
 
             let effect = after_failure(count);
@@ -163,7 +204,7 @@ fn the_failure_script_floors_as_the_domain_does() {
                     pruned: 0
                 }
             );
-            let stored = h.hash(key);
+            let stored = h.hash(&key);
             prop_assert_eq!(stored.get(&field).copied().unwrap_or(0), effect.net_count());
             prop_assert_eq!(stored.len(), others + usize::from(effect.net_count() > 0));
             Ok(())
@@ -182,7 +223,7 @@ fn the_admission_script_decides_as_the_domain_does() {
     );
     runner()
         .run(&inputs, |(stored, now, window, budget)| {
-            let key = "sticky_adm_prop";
+            let key = admission_key("prop");
             let stored = stored.map(|(window, current, previous)| WindowCounters {
                 window,
                 current,
@@ -195,7 +236,7 @@ fn the_admission_script_decides_as_the_domain_does() {
                     ("prev".into(), s.previous as i64),
                 ])
             });
-            h.arrange(key, &fields);
+            h.arrange(&key, &fields);
 
             let request = AdmissionRequest {
                 now_ms: now,
@@ -204,12 +245,12 @@ fn the_admission_script_decides_as_the_domain_does() {
             };
             let decision = h
                 .runtime
-                .block_on(h.store.admit(key, request, deadline()))
+                .block_on(h.store.admit(&key, request, deadline()))
                 .unwrap();
 
             let expected = decide(stored, now, window, budget);
             prop_assert_eq!(decision, expected);
-            let after = h.hash(key);
+            let after = h.hash(&key);
             if expected.admitted {
                 let c = expected.counters;
                 let stored_after = HashMap::from([

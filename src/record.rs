@@ -1,0 +1,91 @@
+//! The RecordOutcome use case: the one place that decides which Redis calls
+//! an outcome makes, and in what order.
+//!
+//! A success for a customer that already has a hash is one script call. A
+//! success for a new customer must first pass the merchant's admission
+//! budget, and only then is the hash created; a customer over the budget
+//! gets nothing written. A gateway failure never creates anything. Keeping
+//! this flow here, outside the Redis adapter, is what makes admission
+//! impossible to skip: the adapter's write scripts are crate-private.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::domain::Rules;
+use crate::domain::combo::Combo;
+use crate::domain::counts::{Outcome, Recorded};
+use crate::domain::ids::{CustomerId, MerchantId};
+use crate::domain::keys;
+use crate::storage::{AdmissionRequest, RedisStore, StorageError, SuccessWrite};
+
+/// The most Redis calls one outcome makes: a new customer's success tries
+/// the write, asks admission, then creates the hash.
+const MOST_REDIS_CALLS: u32 = 3;
+
+/// A validated RecordOutcome.
+#[derive(Debug, Clone)]
+pub struct RecordCommand {
+    pub merchant: MerchantId,
+    pub customer: CustomerId,
+    pub combo: Combo,
+    pub outcome: Outcome,
+}
+
+/// How long a call may take when its caller sets no shorter deadline: one
+/// Redis timeout for each call the longest flow makes, and one to spare.
+pub fn call_ceiling(redis_command_timeout: Duration) -> Duration {
+    redis_command_timeout * (MOST_REDIS_CALLS + 1)
+}
+
+/// Applies one outcome under `rules`, answering by `deadline`.
+pub async fn record_outcome(
+    store: &RedisStore,
+    rules: &Rules,
+    command: &RecordCommand,
+    deadline: Instant,
+) -> Result<Recorded, StorageError> {
+    let key = keys::customer_key(&command.merchant, &command.customer);
+    match command.outcome {
+        Outcome::GatewayFailure => {
+            store
+                .write_failure(&key, &command.combo, rules.key_ttl_secs(), deadline)
+                .await
+        }
+        Outcome::Success => {
+            let mut write = SuccessWrite {
+                field: command.combo.field(),
+                ttl_secs: rules.key_ttl_secs(),
+                cap: rules.max_combos_per_customer,
+                create: false,
+            };
+            if let Some(recorded) = store.write_success(&key, write, deadline).await? {
+                return Ok(recorded);
+            }
+            let request = AdmissionRequest {
+                now_ms: unix_millis(),
+                window_ms: rules.admission_window_ms(),
+                budget: rules.budgets.for_merchant(&command.merchant),
+            };
+            let admission_key = keys::admission_key(&command.merchant);
+            if !store
+                .admit(&admission_key, request, deadline)
+                .await?
+                .admitted
+            {
+                return Ok(Recorded::NotAdmitted);
+            }
+            write.create = true;
+            store
+                .write_success(&key, write, deadline)
+                .await?
+                .ok_or_else(|| {
+                    StorageError::Unexpected("record_success did not create the hash".into())
+                })
+        }
+    }
+}
+
+fn unix_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}

@@ -1,0 +1,117 @@
+//! Running a built [`Application`] and stopping it, as linkerd drains.
+//!
+//! One shutdown token stops everything, in two stages: its child, `drain`,
+//! is cancelled when the signal comes, so readiness turns every health
+//! status NOT_SERVING and the gRPC server stops accepting and lets in-flight
+//! calls finish within the grace period; then the token itself is
+//! cancelled, which ends `/metrics` (kept up so the last scrape sees the
+//! drain). One task tracker holds every background task, the store's
+//! included, and every exit path, clean or not, ends them all and closes
+//! the store.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+
+use super::{Application, StartupError};
+use crate::telemetry;
+use crate::transport::health;
+
+/// How often readiness pings Redis.
+const REDIS_HEALTH_INTERVAL: Duration = Duration::from_millis(500);
+
+impl Application {
+    /// Serves until `signal` resolves, then drains and stops.
+    pub async fn run_until_stopped(
+        self,
+        signal: impl Future<Output = ()>,
+    ) -> Result<(), StartupError> {
+        let Self {
+            grpc_listener,
+            grpc_addr,
+            metrics_listener,
+            metrics_addr,
+            router,
+            health,
+            store,
+            metrics,
+            tasks,
+            shutdown_grace,
+            redis_url,
+        } = self;
+        tracing::info!(grpc = %grpc_addr, metrics = %metrics_addr, redis = %redis_url, "sticky-routing serving");
+
+        let shutdown = CancellationToken::new();
+        let drain = shutdown.child_token();
+        let metrics_server = telemetry::serve_metrics(
+            metrics_listener,
+            metrics,
+            shutdown.clone().cancelled_owned(),
+        );
+        tasks.spawn(async move {
+            if let Err(error) = metrics_server.await {
+                tracing::error!(%error, "the /metrics server failed");
+            }
+        });
+        // It returns once `drain` is cancelled and every status is NOT_SERVING.
+        let readiness = tasks.spawn(health::follow_redis(
+            health,
+            store.clone(),
+            REDIS_HEALTH_INTERVAL,
+            drain.clone(),
+        ));
+        let server =
+            router.serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), async {
+                let _ = readiness.await;
+            });
+        tokio::pin!(server);
+
+        let result = tokio::select! {
+            result = &mut server => result.map_err(StartupError::from),
+            () = signal => {
+                tracing::info!(grace = ?shutdown_grace, "shutting down: draining in-flight calls");
+                drain.cancel();
+                match tokio::time::timeout(shutdown_grace, &mut server).await {
+                    Ok(result) => result.map_err(StartupError::from),
+                    Err(_) => Err(StartupError::GraceExpired(shutdown_grace)),
+                }
+            }
+        };
+
+        // Every exit path: stop every task, close the store, wait for all.
+        shutdown.cancel();
+        store.quit().await;
+        tasks.close();
+        tasks.wait().await;
+        if result.is_ok() {
+            tracing::info!("drained; bye");
+        }
+        result
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+}
