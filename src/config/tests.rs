@@ -421,3 +421,10 @@ fn a_per_merchant_budget_must_name_a_valid_merchant_id() {
     assert!(err.problems[0].contains(&long), "{err}");
     assert!(err.problems[0].contains("128 bytes"), "{err}");
 }
+
+#[test]
+fn a_failed_check_always_says_why() {
+    assert_eq!(ConfigError::new(Vec::new()).problems.len(), 1);
+    let one = ConfigError::new(vec!["STICKY_ROUTING_KEY_TTL: bad".into()]);
+    assert_eq!(one.problems, ["STICKY_ROUTING_KEY_TTL: bad"]);
+}

@@ -28,26 +28,14 @@ impl Application {
         self,
         signal: impl Future<Output = ()>,
     ) -> Result<(), StartupError> {
-        let Self {
-            grpc_listener,
-            grpc_addr,
-            metrics_listener,
-            metrics_addr,
-            router,
-            health,
-            store,
-            metrics,
-            tasks,
-            shutdown_grace,
-            redis_url,
-        } = self;
-        tracing::info!(grpc = %grpc_addr, metrics = %metrics_addr, redis = %redis_url, "sticky-routing serving");
+        let (store, tasks, shutdown_grace) = (self.store, self.tasks, self.shutdown_grace);
+        tracing::info!(grpc = %self.grpc_addr, metrics = %self.metrics_addr, redis = %self.redis_url, "sticky-routing serving");
 
         let shutdown = CancellationToken::new();
         let drain = shutdown.child_token();
         let metrics_server = telemetry::serve_metrics(
-            metrics_listener,
-            metrics,
+            self.metrics_listener,
+            self.metrics,
             shutdown.clone().cancelled_owned(),
         );
         tasks.spawn(async move {
@@ -57,15 +45,15 @@ impl Application {
         });
         // It returns once `drain` is cancelled and every status is NOT_SERVING.
         let readiness = tasks.spawn(health::follow_redis(
-            health,
+            self.health,
             store.clone(),
             REDIS_HEALTH_INTERVAL,
             drain.clone(),
         ));
-        let server =
-            router.serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), async {
-                let _ = readiness.await;
-            });
+        let incoming = TcpListenerStream::new(self.grpc_listener);
+        let server = self.router.serve_with_incoming_shutdown(incoming, async {
+            let _ = readiness.await;
+        });
         tokio::pin!(server);
 
         let result = tokio::select! {

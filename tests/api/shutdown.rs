@@ -173,3 +173,37 @@ async fn the_in_process_drain_returns_ok() {
             .is_err()
     );
 }
+
+/// The service's connections to Redis, as Redis lists them.
+async fn service_connections(app: &TestApp) -> usize {
+    let lists: Vec<String> = app.on_every_primary("CLIENT", vec!["LIST"]).await;
+    let user = format!(" user={SERVICE_USER} ");
+    lists
+        .iter()
+        .flat_map(|list| list.lines())
+        .filter(|line| line.contains(&user))
+        .count()
+}
+
+#[tokio::test]
+async fn stopping_closes_every_connection_to_redis() {
+    let mut app = spawn_app().await;
+    app.success("c1", "GIGADAT").await;
+    assert!(
+        service_connections(&app).await > 0,
+        "the service never connected"
+    );
+    app.stop().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let open = service_connections(&app).await;
+        if open == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{open} connections still open after the drain"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
