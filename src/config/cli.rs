@@ -27,7 +27,7 @@ fn usage() -> String {
         let first = lines.next().unwrap_or_default();
         let default = about
             .shown_default()
-            .map(|d| format!(" ({d})"))
+            .map(|d| format!(" (default: {d})"))
             .unwrap_or_default();
         text.push_str(&format!("  {:<44} {first}{default}\n", about.variable()));
         for more in lines {

@@ -21,7 +21,7 @@ pub(super) struct About {
     /// key upper-cased. For a per-merchant family, the key's prefix.
     pub key: &'static str,
     pub default: Fallback,
-    /// One line for `--help`; a second line may follow a `\n`.
+    /// One line for `--help`; more lines may follow, each after a `\n`.
     pub help: &'static str,
     /// Also settable as `{key}_file`: the path of a file that holds the
     /// value (the habit for Kubernetes secrets).
@@ -114,25 +114,25 @@ settings! {
     REDIS_URL: String = About::new(
         "redis_url",
         Text("redis://127.0.0.1:6379"),
-        "Redis URL; also rediss://, redis-cluster://h:p?node=h:p,\nredis-sentinel://h:p?sentinelServiceName=NAME",
+        "Redis URL\nalso rediss://, redis-cluster://h:p?node=h:p,\nredis-sentinel://h:p?sentinelServiceName=NAME",
     ), parse_text;
     REDIS_USERNAME: String = About::new("redis_username", Unset(""), "ACL user, or a file holding it").or_file(), parse_text;
     REDIS_PASSWORD: String = About::new("redis_password", Unset(""), "password, or a file holding it").or_file(), parse_text;
     REDIS_TLS_CA_FILE: PathBuf = About::new("redis_tls_ca_file", Unset("the system roots"), "PEM CA to trust"), parse_path;
     REDIS_TLS_CERT_FILE: PathBuf = About::new("redis_tls_cert_file", Unset(""), "PEM client certificate (with the key)"), parse_path;
     REDIS_TLS_KEY_FILE: PathBuf = About::new("redis_tls_key_file", Unset(""), "PEM client key (with the certificate)"), parse_path;
-    REDIS_POOL_SIZE: usize = About::new("redis_pool_size", Cpus, "Redis connections (1-1024)"), |t| whole_number(t, 1, 1024);
+    REDIS_POOL_SIZE: usize = About::new("redis_pool_size", Cpus, "Redis connections, 1 to 1024"), |t| whole_number(t, 1, 1024);
     REDIS_TIMEOUT: Duration = About::new("redis_timeout", Text("250ms"), "upper bound for one Redis call"), parse_positive_duration;
-    KEY_TTL: Duration = About::new("key_ttl", Text("90d"), "sliding TTL of each customer hash (>= 1s)"), parse_whole_seconds;
-    MAX_COMBOS_PER_CUSTOMER: u32 = About::new("max_combos_per_customer", Text("30"), "combo cap per customer (1-10000)"), |t| whole_number(t, 1, 10_000);
+    KEY_TTL: Duration = About::new("key_ttl", Text("90d"), "sliding TTL of each customer hash, at least 1s"), parse_whole_seconds;
+    MAX_COMBOS_PER_CUSTOMER: u32 = About::new("max_combos_per_customer", Text("30"), "combo cap per customer, 1 to 10000"), |t| whole_number(t, 1, 10_000);
     MAX_CUSTOMERS: u64 = About::new("max_customers", Text("1000000"), "new customers per merchant per window"), |t| whole_number(t, 0, u64::MAX);
     /// The per-merchant override of [`MAX_CUSTOMERS`].
     MAX_CUSTOMERS_FOR: u64 = About::new("max_customers_", Unset(""), "per-merchant override of the budget").per_merchant(), |t| whole_number(t, 0, u64::MAX);
-    ADMISSION_WINDOW: Duration = About::new("admission_window", Follows("key_ttl"), "admission window (>= 1s)"), parse_whole_seconds;
-    MIN_PIN_COUNT: i64 = About::new("min_pin_count", Text("1"), "smallest count that can be pinned (>= 1)"), |t| whole_number(t, 1, i64::MAX);
+    ADMISSION_WINDOW: Duration = About::new("admission_window", Follows("key_ttl"), "admission window, at least 1s"), parse_whole_seconds;
+    MIN_PIN_COUNT: i64 = About::new("min_pin_count", Text("1"), "smallest count that can be pinned, at least 1"), |t| whole_number(t, 1, i64::MAX);
     SHUTDOWN_GRACE: Duration = About::new("shutdown_grace", Text("20s"), "drain time after SIGTERM"), parse_duration;
-    MAX_IN_FLIGHT_PER_CONNECTION: usize = About::new("max_in_flight_per_connection", Text("4096"), "calls in flight per connection (1-1000000)"), |t| whole_number(t, 1, 1_000_000);
-    WORKER_THREADS: usize = About::new("worker_threads", Cpus, "runtime threads (1-1024)"), |t| whole_number(t, 1, 1024);
+    MAX_IN_FLIGHT_PER_CONNECTION: usize = About::new("max_in_flight_per_connection", Text("4096"), "calls in flight per connection, 1 to 1000000"), |t| whole_number(t, 1, 1_000_000);
+    WORKER_THREADS: usize = About::new("worker_threads", Cpus, "runtime threads, 1 to 1024"), |t| whole_number(t, 1, 1024);
 }
 
 /// `host:port`, where host is an IP address or a name resolved at start-up

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Counts the CPU instructions the service spends on a fixed batch of calls,
+# under callgrind. Unlike req/s, the count barely moves with what else the
+# machine is doing, so it tells whether a change to a request's path does
+# more work, where `make bench` on a shared machine can only say "within
+# noise". Compare two builds by running it once with each binary.
+#
+# usage: scripts/measure-instructions.sh [record|pin] [SERVICE_BINARY]
+#   default: record, target/release/sticky-routing
+# Prints the instructions for 4,000 calls over 1,000 existing customers
+# (5 merchants, 4 combos, after a fill), one worker thread, a pool of 1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+call="${1:-record}"
+service="${2:-target/release/sticky-routing}"
+calls=4000
+command -v valgrind >/dev/null || { echo "needs valgrind: apt-get install valgrind" >&2; exit 1; }
+scripts/ensure-redis.sh
+cargo build --release --locked -p sticky-bench >/dev/null 2>&1
+load=target/release/sticky-load
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+redis_port=$(free_port); grpc_port=$(free_port); metrics_port=$(free_port)
+dir=$(mktemp -d)
+redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$dir" --save '' --appendonly no >/dev/null 2>&1 &
+redis_pid=$!
+env STICKY_ROUTING_LISTEN_ADDR="127.0.0.1:$grpc_port" STICKY_ROUTING_METRICS_ADDR="127.0.0.1:$metrics_port" \
+  STICKY_ROUTING_REDIS_URL="redis://127.0.0.1:$redis_port" STICKY_ROUTING_WORKER_THREADS=1 \
+  STICKY_ROUTING_REDIS_POOL_SIZE=1 \
+  valgrind --tool=callgrind --callgrind-out-file="$dir/callgrind.out" "$service" 2>"$dir/valgrind.log" &
+service_pid=$!
+trap 'kill -TERM $service_pid 2>/dev/null; wait $service_pid 2>/dev/null; kill $redis_pid 2>/dev/null; rm -rf "$dir"' EXIT
+
+args=(--call "$call" -c 4 --customers 1000 --merchants 5 "127.0.0.1:$grpc_port")
+for _ in $(seq 1 240); do
+  "$load" "${args[@]}" -n 1 >/dev/null 2>&1 && break
+  sleep 0.5
+done
+"$load" "${args[@]}" -n 500 --fill >/dev/null
+callgrind_control -z "$service_pid" >/dev/null 2>&1
+"$load" "${args[@]}" -n "$calls" | grep -E "errors|\[OK\]" || true
+callgrind_control -d "$service_pid" >/dev/null 2>&1
+total=$(grep -E '^summary:' "$dir/callgrind.out.1" | awk '{print $2}')
+echo "$call: $total instructions for $calls calls ($((total / calls)) per call) in $service"
