@@ -108,6 +108,8 @@ impl RedisStore {
             .build_pool(redis.pool_size)
             .map_err(ConnectError::Client)?;
         let stop = CancellationToken::new();
+        // Made first, so that a failure below stops what was already spawned.
+        let stop_on_drop = Arc::new(stop.clone().drop_guard());
         let sentinel_watch = super::sentinel_watch::spawn(&config, pool.clone(), tasks, &stop)
             .map_err(ConnectError::Sentinel)?
             .map(Arc::new);
@@ -123,7 +125,7 @@ impl RedisStore {
             pool,
             scripts: Arc::new(Scripts::new()),
             command_timeout: redis.command_timeout,
-            _stop_on_drop: Arc::new(stop.clone().drop_guard()),
+            _stop_on_drop: stop_on_drop,
             stop,
             connection_problem,
             sentinel_watch,
