@@ -241,7 +241,7 @@ mod tests {
     }
 
     #[test]
-    fn every_default_parses() {
+    fn followed_settings_exist_and_cpu_defaults_parse() {
         for about in ALL {
             if let Fallback::Follows(key) = about.default {
                 assert!(ALL.iter().any(|other| other.key == key), "{key}");

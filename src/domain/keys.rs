@@ -69,12 +69,6 @@ macro_rules! key_as_str {
                 self.0 == *other
             }
         }
-
-        impl From<$key> for String {
-            fn from(key: $key) -> String {
-                key.0
-            }
-        }
     )*};
 }
 
