@@ -49,7 +49,7 @@ pub fn sibling(name: &str) -> Result<PathBuf, BoxError> {
         Ok(path)
     } else {
         Err(format!(
-            "{} not found: build it with `cargo build --release`",
+            "{} not found: `make bench` builds the service and the bench kit",
             path.display()
         )
         .into())
