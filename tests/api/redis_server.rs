@@ -180,7 +180,7 @@ fn spawn_redis(port: u16, options: &ServerOptions, dir: &std::path::Path) -> Opt
         if let Ok(Some(_)) = child.try_wait() {
             return None; // port taken: let the caller pick another
         }
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        if answers_as(port, child.id(), options.tls) {
             return Some(child);
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -188,6 +188,34 @@ fn spawn_redis(port: u16, options: &ServerOptions, dir: &std::path::Path) -> Opt
     let _ = child.kill();
     let _ = child.wait();
     None
+}
+
+/// Whether the server on `port` is the child `pid`, and not another test's
+/// server that took the port first (a plain connect cannot tell them apart).
+/// A TLS port is only checked for a listener: the child is alive, and the
+/// bind would have failed had the port been taken.
+fn answers_as(port: u16, pid: u32, tls: bool) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    if tls {
+        return true;
+    }
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+    if stream.write_all(b"INFO server\r\n").is_err() {
+        return false;
+    }
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while let Ok(n @ 1..) = stream.read(&mut chunk) {
+        reply.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&reply);
+        if let Some(line) = text.lines().find(|l| l.starts_with("process_id:")) {
+            return line.trim_end() == format!("process_id:{pid}");
+        }
+    }
+    false
 }
 
 pub fn free_port() -> u16 {
@@ -198,10 +226,12 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// A free port below 55535 whose cluster bus port (+10000) is free too.
+/// A free port whose cluster bus port (+10000) is free too. Both stay below
+/// 32768, out of the kernel's ephemeral range (32768–60999 here), so no
+/// outgoing connection can take one between this check and the bind.
 fn free_port_with_bus() -> u16 {
     loop {
-        let port = 20_000 + (rand_u32() % 30_000) as u16;
+        let port = 10_000 + (rand_u32() % 12_768) as u16;
         let both_free = TcpListener::bind(("127.0.0.1", port)).is_ok()
             && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok();
         if both_free {
