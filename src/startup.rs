@@ -91,7 +91,8 @@ impl Application {
 
         let tasks = TaskTracker::new();
         let store = RedisStore::connect(&settings.redis, &tasks)?;
-        wait_for_redis(&store, &settings.redis.url).await;
+        let redis_url = redact_url(&settings.redis.url);
+        wait_for_redis(&store, &redis_url).await;
 
         let api = StickyRoutingService::new(
             store.clone(),
@@ -117,7 +118,7 @@ impl Application {
             metrics,
             tasks,
             shutdown_grace: settings.shutdown_grace,
-            redis_url: redact_url(&settings.redis.url),
+            redis_url,
         })
     }
 
@@ -134,14 +135,15 @@ impl Application {
 
 /// Gives Redis a moment to answer and the scripts a chance to preload. The
 /// service serves either way: readiness says whether Redis answers.
-async fn wait_for_redis(store: &RedisStore, url: &str) {
+/// `redacted_url` names Redis in the log, without its password.
+async fn wait_for_redis(store: &RedisStore, redacted_url: &str) {
     if store.wait_connected(REDIS_CONNECT_WAIT).await {
         if let Err(error) = store.preload_scripts().await {
             tracing::warn!(%error, "could not preload the Lua scripts; the first calls will load them");
         }
     } else {
         tracing::warn!(
-            redis = %redact_url(url),
+            redis = %redacted_url,
             why = store.connection_problem().as_deref().unwrap_or("no answer yet"),
             "redis is not reachable yet; serving anyway, with {API_SERVICE} NOT_SERVING until it is"
         );

@@ -72,25 +72,22 @@ impl Checker {
     /// recording a problem that names the variable.
     fn value<T>(&mut self, setting: &Setting<T>) -> Option<T> {
         let key = setting.about.key;
-        match self.values.get(key) {
-            Some(raw) => {
-                let text = raw.text.trim().to_owned();
-                self.parse(setting, key, &text)
+        if self.values.contains_key(key) {
+            return self.optional(setting);
+        }
+        match setting.about.default {
+            Fallback::Text(text) => self.parse(setting, key, text),
+            Fallback::Cpus => {
+                let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+                self.parse(setting, key, &cpus.to_string())
             }
-            None => match setting.about.default {
-                Fallback::Text(text) => self.parse(setting, key, text),
-                Fallback::Cpus => {
-                    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-                    self.parse(setting, key, &cpus.to_string())
-                }
-                Fallback::Follows(_) | Fallback::Unset(_) => {
-                    self.problems.push(format!(
-                        "{}: has no default; this is a bug, please report it",
-                        Raw::env_name(key)
-                    ));
-                    None
-                }
-            },
+            Fallback::Follows(_) | Fallback::Unset(_) => {
+                self.problems.push(format!(
+                    "{}: has no default; this is a bug, please report it",
+                    Raw::env_name(key)
+                ));
+                None
+            }
         }
     }
 
@@ -98,7 +95,7 @@ impl Checker {
     /// given, else `other`.
     fn value_or<T>(&mut self, setting: &Setting<T>, other: Option<T>) -> Option<T> {
         match self.values.contains_key(setting.about.key) {
-            true => self.value(setting),
+            true => self.optional(setting),
             false => other,
         }
     }
