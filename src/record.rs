@@ -7,15 +7,22 @@
 //! gets nothing written. A gateway failure never creates anything. Keeping
 //! this flow here, outside the Redis adapter, is what makes admission
 //! impossible to skip: the adapter's write scripts are crate-private.
+//!
+//! With an attempt id, each write script checks and remembers the attempt in
+//! the same atomic step as the write, so a repeat writes nothing. Admission
+//! sits between two writes: when it fails, the customer's hash was not
+//! touched, so the call reports that nothing was applied whatever the
+//! admission call's own fate.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::domain::Rules;
+use crate::domain::attempts::AttemptId;
 use crate::domain::combo::Combo;
 use crate::domain::counts::{Outcome, Recorded};
 use crate::domain::ids::{CustomerId, MerchantId};
 use crate::domain::keys;
-use crate::storage::{AdmissionRequest, RedisStore, StorageError, SuccessWrite};
+use crate::storage::{AdmissionRequest, NotApplied, RedisStore, StorageError, SuccessWrite};
 
 /// The most Redis calls one outcome makes: a new customer's success tries
 /// the write, asks admission, then creates the hash.
@@ -28,6 +35,8 @@ pub struct RecordCommand {
     pub customer: CustomerId,
     pub combo: Combo,
     pub outcome: Outcome,
+    /// The orchestrator's attempt id, when it sent one.
+    pub attempt: Option<AttemptId>,
 }
 
 /// How long a call may take when its caller sets no shorter deadline: one
@@ -44,10 +53,17 @@ pub async fn record_outcome(
     deadline: Instant,
 ) -> Result<Recorded, StorageError> {
     let key = keys::customer_key(&command.merchant, &command.customer);
+    let attempt = command.attempt.as_ref().map(AttemptId::digest);
     match command.outcome {
         Outcome::GatewayFailure => {
             store
-                .write_failure(&key, &command.combo, rules.key_ttl_secs(), deadline)
+                .write_failure(
+                    &key,
+                    &command.combo,
+                    rules.key_ttl_secs(),
+                    attempt,
+                    deadline,
+                )
                 .await
         }
         Outcome::Success => {
@@ -56,6 +72,7 @@ pub async fn record_outcome(
                 ttl_secs: rules.key_ttl_secs(),
                 cap: rules.max_combos_per_customer,
                 create: false,
+                attempt,
             };
             if let Some(recorded) = store.write_success(&key, write, deadline).await? {
                 return Ok(recorded);
@@ -66,11 +83,11 @@ pub async fn record_outcome(
                 budget: rules.budgets.for_merchant(&command.merchant),
             };
             let admission_key = keys::admission_key(&command.merchant);
-            if !store
+            let decision = store
                 .admit(&admission_key, request, deadline)
-                .await?
-                .admitted
-            {
+                .await
+                .map_err(nothing_written)?;
+            if !decision.admitted {
                 return Ok(Recorded::NotAdmitted);
             }
             write.create = true;
@@ -81,6 +98,20 @@ pub async fn record_outcome(
                     StorageError::Unexpected("record_success did not create the hash".into())
                 })
         }
+    }
+}
+
+/// An admission failure as the caller sees it: the customer's hash was not
+/// touched, so a retry is safe even if the admission counter moved.
+fn nothing_written(error: StorageError) -> StorageError {
+    match error {
+        StorageError::MaybeApplied { detail, .. } => StorageError::Unavailable {
+            why: NotApplied::EarlierStepFailed,
+            detail: format!(
+                "admission got no answer, the customer's hash was not written: {detail}"
+            ),
+        },
+        other => other,
     }
 }
 

@@ -47,6 +47,7 @@ impl StickyRouting for NoopService {
                 connector,
                 net_count: 1,
             }],
+            vetoed: Vec::new(),
         }))
     }
 

@@ -10,6 +10,7 @@ use fred::interfaces::{ClientLike, HashesInterface, KeysInterface, TransactionIn
 use fred::prelude::{Builder, Config};
 use sticky_routing::config::Settings;
 use sticky_routing::domain::Rules;
+use sticky_routing::domain::attempts::AttemptId;
 use sticky_routing::domain::combo::Combo;
 use sticky_routing::domain::counts::Outcome as RecordedOutcome;
 use sticky_routing::domain::ids::{
@@ -188,11 +189,15 @@ async fn store_record(
     } else {
         RecordedOutcome::Success
     };
+    let Ok(attempt) = AttemptId::parse(&req.attempt_id) else {
+        return false;
+    };
     let command = RecordCommand {
         merchant,
         customer,
         combo,
         outcome,
+        attempt,
     };
     record_outcome(store, rules, &command, deadline)
         .await

@@ -122,6 +122,7 @@ impl Generator {
             } else {
                 Outcome::Success
             } as i32,
+            ..Default::default()
         }
     }
 
@@ -132,7 +133,7 @@ impl Generator {
             customer_id: customer_id(customer),
             payment_method: method.into(),
             payment_method_type: method_type.into(),
-            eligible_connectors: Vec::new(),
+            ..Default::default()
         }
     }
 

@@ -33,6 +33,7 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
         per_merchant.remove(MAX_CUSTOMERS_FOR.about.key),
     );
     let min_pin_count = c.value(&declared::MIN_PIN_COUNT);
+    let min_score_ratio = c.value(&declared::MIN_SCORE_RATIO);
     let shutdown_grace = c.value(&declared::SHUTDOWN_GRACE);
     let max_in_flight_per_connection = c.value(&declared::MAX_IN_FLIGHT_PER_CONNECTION);
     let worker_threads = c.value(&declared::WORKER_THREADS);
@@ -50,6 +51,7 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
                     overrides,
                 },
                 min_pin_count: min_pin_count?,
+                min_score_ratio: min_score_ratio?,
             },
             shutdown_grace: shutdown_grace?,
             max_in_flight_per_connection: max_in_flight_per_connection?,
@@ -172,6 +174,7 @@ impl Checker {
         let tls = self.tls_files();
         let pool_size = self.value(&declared::REDIS_POOL_SIZE);
         let command_timeout = self.value(&declared::REDIS_TIMEOUT);
+        let queue_limit = self.value(&declared::REDIS_QUEUE_LIMIT);
         // Checked even when a number is bad, so every problem shows at once.
         let settings = RedisSettings {
             url: url?,
@@ -180,10 +183,12 @@ impl Checker {
             tls,
             pool_size: pool_size.unwrap_or(1),
             command_timeout: command_timeout.unwrap_or_default(),
+            queue_limit: queue_limit.unwrap_or(1),
         };
         let problems = settings.problems(&|setting| self.redis_name(setting));
         self.problems.extend(problems);
-        Some(settings).filter(|_| pool_size.is_some() && command_timeout.is_some())
+        Some(settings)
+            .filter(|_| pool_size.is_some() && command_timeout.is_some() && queue_limit.is_some())
     }
 
     /// The TLS files; a certificate without its key is a problem here, and

@@ -13,6 +13,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use super::ENV_PREFIX;
+use crate::domain::pin::ScoreRatio;
 
 /// What a setting is, apart from its type.
 #[derive(Debug, Clone, Copy)]
@@ -123,6 +124,7 @@ settings! {
     REDIS_TLS_KEY_FILE: PathBuf = About::new("redis_tls_key_file", Unset(""), "PEM client key (with the certificate)"), parse_path;
     REDIS_POOL_SIZE: usize = About::new("redis_pool_size", Cpus, "Redis connections, 1 to 1024"), |t| whole_number(t, 1, 1024);
     REDIS_TIMEOUT: Duration = About::new("redis_timeout", Text("250ms"), "upper bound for one Redis call"), parse_positive_duration;
+    REDIS_QUEUE_LIMIT: usize = About::new("redis_queue_limit", Text("1024"), "commands waiting per Redis connection before\ncalls are refused, 1 to 1000000"), |t| whole_number(t, 1, 1_000_000);
     KEY_TTL: Duration = About::new("key_ttl", Text("90d"), "sliding TTL of each customer hash, at least 1s"), parse_whole_seconds;
     MAX_COMBOS_PER_CUSTOMER: u32 = About::new("max_combos_per_customer", Text("30"), "combo cap per customer, 1 to 10000"), |t| whole_number(t, 1, 10_000);
     MAX_CUSTOMERS: u64 = About::new("max_customers", Text("1000000"), "new customers per merchant per window"), |t| whole_number(t, 0, u64::MAX);
@@ -130,6 +132,7 @@ settings! {
     MAX_CUSTOMERS_FOR: u64 = About::new("max_customers_", Unset(""), "per-merchant override of the budget").per_merchant(), |t| whole_number(t, 0, u64::MAX);
     ADMISSION_WINDOW: Duration = About::new("admission_window", Follows("key_ttl"), "admission window, at least 1s"), parse_whole_seconds;
     MIN_PIN_COUNT: i64 = About::new("min_pin_count", Text("1"), "smallest count that can be pinned, at least 1"), |t| whole_number(t, 1, i64::MAX);
+    MIN_SCORE_RATIO: ScoreRatio = About::new("min_score_ratio", Text("0.5"), "health veto: share of the top live score a pin\nneeds, 0 to 1; 0 turns the veto off"), parse_score_ratio;
     SHUTDOWN_GRACE: Duration = About::new("shutdown_grace", Text("20s"), "drain time after SIGTERM"), parse_duration;
     MAX_IN_FLIGHT_PER_CONNECTION: usize = About::new("max_in_flight_per_connection", Text("4096"), "calls in flight per connection, 1 to 1000000"), |t| whole_number(t, 1, 1_000_000);
     WORKER_THREADS: usize = About::new("worker_threads", Cpus, "runtime threads, 1 to 1024"), |t| whole_number(t, 1, 1024);
@@ -170,6 +173,14 @@ fn whole_number<T: FromStr + PartialOrd + std::fmt::Display>(
             "`{text}` is not a whole number from {min} to {max}"
         )),
     }
+}
+
+/// A decimal number from 0 to 1.
+fn parse_score_ratio(text: &str) -> Result<ScoreRatio, String> {
+    text.parse::<f64>()
+        .ok()
+        .and_then(ScoreRatio::new)
+        .ok_or_else(|| format!("`{text}` is not a number from 0 to 1"))
 }
 
 /// Seconds (`3600`) or a duration (`90d`, `12h`, `250ms`).

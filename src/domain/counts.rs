@@ -22,6 +22,9 @@ pub enum Recorded {
     IgnoredNoHabit,
     /// A success for a new customer over the merchant's budget: nothing was written.
     NotAdmitted,
+    /// A repeat of an attempt already recorded for this customer: nothing was
+    /// written; `net_count` is the named combo's current count (0 when absent).
+    Duplicate { net_count: i64 },
 }
 
 /// What a gateway failure does to a stored count.

@@ -5,6 +5,7 @@
 //! that a property test holds equal to them (see `src/storage/scripts/tests.rs`).
 
 pub mod admission;
+pub mod attempts;
 pub mod combo;
 pub mod counts;
 pub mod habits;

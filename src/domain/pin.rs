@@ -4,8 +4,14 @@
 //! restricted to the eligible connectors when the caller lists them. The
 //! highest count wins; ties go to the connector listed first in
 //! `eligible_connectors`, or without that list to the bytewise-smallest name.
+//!
+//! The health veto lets a pin yield to a connector that is failing right now:
+//! given the orchestrator's live scores, a candidate scoring below
+//! `ratio × top` is vetoed, and the pin is the best candidate left. It reads
+//! nothing more than the hash, so GetPin stays one Redis command.
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 
 use super::combo::MethodPrefix;
 use super::ids::Connector;
@@ -18,6 +24,98 @@ pub struct PinQuery {
     pub eligible: Vec<Connector>,
     /// Counts below this do not qualify (at least 1).
     pub min_count: i64,
+    /// The health veto, when the caller sent scores and a non-zero ratio.
+    pub veto: Option<Veto>,
+}
+
+/// The share of the top score a candidate needs to escape the veto: a finite
+/// number in [0, 1]; 0 disables the veto.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScoreRatio(f64);
+
+impl ScoreRatio {
+    pub const DEFAULT: Self = Self(0.5);
+
+    /// `None` unless `ratio` is in [0, 1].
+    pub fn new(ratio: f64) -> Option<Self> {
+        (0.0..=1.0).contains(&ratio).then_some(Self(ratio))
+    }
+
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+/// Never NaN, so equality is total.
+impl Eq for ScoreRatio {}
+
+/// The live scores that can veto a candidate, and the bar they set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Veto {
+    scores: HashMap<String, f64>,
+    /// `ratio × top`: a scored candidate below it is vetoed.
+    bar: f64,
+}
+
+impl Veto {
+    /// The veto for `scores` (finite and non-negative, checked by the caller),
+    /// where `top` is the best score among the eligible connectors (all of
+    /// them when `eligible` is empty). `None` when nothing can be vetoed.
+    pub fn new(
+        scores: HashMap<String, f64>,
+        ratio: ScoreRatio,
+        eligible: &[Connector],
+    ) -> Option<Self> {
+        if ratio.get() == 0.0 {
+            return None;
+        }
+        let top = scores
+            .iter()
+            .filter(|(connector, _)| {
+                eligible.is_empty() || eligible.iter().any(|c| c.as_str() == connector.as_str())
+            })
+            .map(|(_, score)| *score)
+            .reduce(f64::max)?;
+        Some(Self {
+            scores,
+            bar: ratio.get() * top,
+        })
+    }
+
+    /// A connector without a score is never vetoed.
+    pub fn vetoes(&self, connector: &str) -> bool {
+        self.scores
+            .get(connector)
+            .is_some_and(|score| *score < self.bar)
+    }
+}
+
+/// GetPin's answer: every qualifying candidate best first, the vetoed ones
+/// in the same order, and the pin, the best candidate not vetoed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinChoice {
+    pub candidates: Vec<Candidate>,
+    pub vetoed: Vec<Candidate>,
+    pub pin: Option<Candidate>,
+}
+
+/// Ranks the candidates and applies the veto.
+pub fn choose_pin(fields: &[(String, i64)], query: &PinQuery) -> PinChoice {
+    let candidates = rank_candidates(fields, query);
+    let vetoed: Vec<Candidate> = match &query.veto {
+        Some(veto) => candidates
+            .iter()
+            .filter(|c| veto.vetoes(&c.connector))
+            .cloned()
+            .collect(),
+        None => Vec::new(),
+    };
+    let pin = candidates.iter().find(|c| !vetoed.contains(c)).cloned();
+    PinChoice {
+        candidates,
+        vetoed,
+        pin,
+    }
 }
 
 /// A qualifying connector with its net count.
@@ -83,7 +181,18 @@ mod tests {
                 .map(|c| Connector::parse(c).unwrap())
                 .collect(),
             min_count,
+            veto: None,
         }
+    }
+
+    fn vetoed_query(eligible: &[&str], scores: &[(&str, f64)], ratio: f64) -> PinQuery {
+        let mut q = query(eligible, 1);
+        q.veto = Veto::new(
+            scores.iter().map(|(c, s)| (c.to_string(), *s)).collect(),
+            ScoreRatio::new(ratio).unwrap(),
+            &q.eligible,
+        );
+        q
     }
 
     fn hash(pairs: &[(&str, i64)]) -> Vec<(String, i64)> {
@@ -160,7 +269,76 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_failing_pinned_connector_yields_to_the_next_candidate() {
+        let fields = hash(&[
+            ("INTERAC:RTP:a", 5),
+            ("INTERAC:RTP:b", 3),
+            ("INTERAC:RTP:c", 1),
+        ]);
+        let choice = choose_pin(&fields, &vetoed_query(&[], &[("a", 0.2), ("b", 0.9)], 0.5));
+        assert_eq!(names(&choice.candidates), ["a", "b", "c"]);
+        assert_eq!(names(&choice.vetoed), ["a"]);
+        assert_eq!(choice.pin.unwrap().connector, "b");
+    }
+
+    #[test]
+    fn unscored_candidates_are_never_vetoed_and_all_vetoed_means_no_pin() {
+        let fields = hash(&[("INTERAC:RTP:a", 5), ("INTERAC:RTP:b", 3)]);
+        let choice = choose_pin(&fields, &vetoed_query(&[], &[("a", 0.1), ("z", 1.0)], 0.5));
+        assert_eq!(choice.pin.unwrap().connector, "b");
+        let choice = choose_pin(
+            &fields,
+            &vetoed_query(&[], &[("a", 0.1), ("b", 0.4), ("z", 1.0)], 0.5),
+        );
+        assert_eq!(names(&choice.vetoed), ["a", "b"]);
+        assert_eq!(choice.pin, None);
+    }
+
+    #[test]
+    fn the_top_score_comes_from_eligible_connectors_only() {
+        let fields = hash(&[("INTERAC:RTP:a", 5), ("INTERAC:RTP:b", 3)]);
+        // z is not eligible, so the top is a's 0.4 and nothing is vetoed.
+        let choice = choose_pin(
+            &fields,
+            &vetoed_query(&["a", "b"], &[("a", 0.4), ("b", 0.3), ("z", 1.0)], 0.5),
+        );
+        assert!(choice.vetoed.is_empty());
+        assert_eq!(choice.pin.unwrap().connector, "a");
+    }
+
+    #[test]
+    fn the_bar_is_exclusive_and_a_zero_ratio_disables_the_veto() {
+        let fields = hash(&[("INTERAC:RTP:a", 5)]);
+        let at_bar = vetoed_query(&[], &[("a", 0.5), ("z", 1.0)], 0.5);
+        assert_eq!(choose_pin(&fields, &at_bar).pin.unwrap().connector, "a");
+        let off = vetoed_query(&[], &[("a", 0.0), ("z", 1.0)], 0.0);
+        assert!(off.veto.is_none());
+        assert_eq!(ScoreRatio::new(1.5), None);
+        assert_eq!(ScoreRatio::new(f64::NAN), None);
+    }
+
     proptest! {
+        #[test]
+        fn the_pin_is_the_best_candidate_not_vetoed(
+            counts in proptest::collection::btree_map("[a-d]", 1i64..6, 0..5),
+            scores in proptest::collection::hash_map("[a-e]", 0.0f64..1.0, 0..6),
+            ratio in 0.0f64..=1.0,
+        ) {
+            let fields: Vec<(String, i64)> =
+                counts.iter().map(|(c, n)| (format!("INTERAC:RTP:{c}"), *n)).collect();
+            let mut q = query(&[], 1);
+            q.veto = Veto::new(scores.clone(), ScoreRatio::new(ratio).unwrap(), &[]);
+            let choice = choose_pin(&fields, &q);
+            let top = scores.values().copied().fold(0.0, f64::max);
+            let vetoed = |c: &Candidate| {
+                ratio > 0.0 && scores.get(&c.connector).is_some_and(|s| *s < ratio * top)
+            };
+            let expected: Vec<&Candidate> = choice.candidates.iter().filter(|c| vetoed(c)).collect();
+            prop_assert_eq!(choice.vetoed.iter().collect::<Vec<_>>(), expected);
+            prop_assert_eq!(choice.pin.as_ref(), choice.candidates.iter().find(|c| !vetoed(c)));
+        }
+
         #[test]
         fn candidates_are_sorted_and_qualify(
             counts in proptest::collection::btree_map("[a-cA-C]{1,2}", -2i64..6, 0..10),

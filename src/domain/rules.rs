@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use super::admission::Budgets;
+use super::pin::ScoreRatio;
 
 /// Every rule of the contract that an operator can tune.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +25,9 @@ pub struct Rules {
     pub budgets: Budgets,
     /// Counts below this never pin (at least 1).
     pub min_pin_count: i64,
+    /// The health veto's default bar, as a share of the top live score;
+    /// a GetPin may override it.
+    pub min_score_ratio: ScoreRatio,
 }
 
 impl Rules {

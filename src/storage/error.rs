@@ -1,6 +1,19 @@
 //! The storage layer's errors: [`StorageError`] for a call, sorted by what
 //! the caller can do about it, and [`ConnectError`] for settings that no
 //! amount of retrying will make work.
+//!
+//! A write's error says whether the write may have happened, because that is
+//! what tells an orchestrator whether a retry is safe. Only two things prove
+//! that nothing was applied: the command never left this process (no
+//! connection, a full queue, a passed deadline, a Sentinel fence), or Redis
+//! refused it before running it (an error reply such as LOADING or READONLY,
+//! which Redis gives before the script's first write). Anything else after the
+//! command was handed to the client (a dropped connection, no reply within the
+//! Redis timeout) may have applied it.
+//!
+//! Each error keeps Redis's own words (`detail`) for the log; the caller's
+//! message is built from the kind alone, in plain words, so that no address,
+//! user name or Redis error text reaches a client.
 
 use std::time::Duration;
 
@@ -24,23 +37,61 @@ pub enum ConnectError {
 
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
-    /// Redis is down, unreachable, loading, read-only or out of memory, or did
-    /// not answer within the command timeout: try again later.
-    #[error("redis unavailable: {0}")]
-    Unavailable(String),
-    /// The caller's deadline passed before Redis answered.
+    /// Nothing was applied: retrying is safe.
+    #[error("nothing applied ({why:?}): {detail}")]
+    Unavailable { why: NotApplied, detail: String },
+    /// A write was sent and no answer came back: it may have been applied.
+    #[error("write may have been applied ({why:?}): {detail}")]
+    MaybeApplied { why: NoAnswer, detail: String },
+    /// The caller's deadline passed; a write may have been applied.
     #[error("the caller's deadline passed before redis answered")]
     DeadlineExceeded,
-    /// Redis answered something this service never writes or expects: a bug,
-    /// or a foreign value under one of our keys.
+    /// A value under one of the service's keys is not one the service writes
+    /// (a non-integer count written by someone else); nothing was written.
+    #[error("a value under {key_kind} is not one this service writes: {detail}")]
+    ForeignValue {
+        key_kind: &'static str,
+        detail: String,
+    },
+    /// Redis answered something this service never expects: a bug.
     #[error("unexpected redis reply: {0}")]
     Unexpected(String),
 }
 
-/// Redis error replies that mean "not now" rather than "wrong": the server
-/// is busy or failing over, or refuses the service's user (a deployment to
-/// fix, not a bug in the service).
-const TRANSIENT_REPLIES: &[&str] = &[
+/// How we know that nothing was applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotApplied {
+    /// No connection to Redis: the command was never sent.
+    NoConnection,
+    /// The connection's queue is full: the command was never sent.
+    QueueFull,
+    /// A Sentinel failover is under way: writes are held back.
+    Failover,
+    /// Redis refused the command before running it (loading, read-only,
+    /// out of memory, no permission, failed authentication, cluster down).
+    Refused,
+    /// A read got no answer; reads never change anything.
+    ReadFailed,
+    /// A step before the write (admission) got no answer, so the write
+    /// itself was never sent.
+    EarlierStepFailed,
+}
+
+/// Why a sent write got no answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoAnswer {
+    /// No reply within the Redis timeout.
+    Timeout(Duration),
+    /// The connection dropped with the command in flight.
+    ConnectionLost,
+}
+
+/// Redis error replies that Redis gives before a command (or a script's
+/// first write) runs: the server is busy, failing over, out of memory, or
+/// refuses the service's user. `NOSCRIPT` is handled before this, by
+/// sending the script body.
+const REFUSALS: &[&str] = &[
+    "NOSCRIPT",
     "NOPERM",
     "NOAUTH",
     "WRONGPASS",
@@ -52,81 +103,202 @@ const TRANSIENT_REPLIES: &[&str] = &[
     "CLUSTERDOWN",
     "OOM",
     "NOREPLICAS",
+    "MISCONF",
+    "MOVED",
+    "ASK",
 ];
 
+/// fred's answer when `fail_fast` stops a command before it is queued,
+/// because the client is not connected (fred 10, `interfaces.rs`).
+const FAIL_FAST_DETAIL: &str = "Connection closed unexpectedly.";
+
+/// What a call was, for classifying its error.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CallKind {
+    /// Whether the command changes state; a read that fails applied nothing.
+    pub write: bool,
+    /// Whether the timeout in force was the caller's deadline rather than
+    /// the Redis timeout.
+    pub deadline_bound: bool,
+    pub timeout: Duration,
+}
+
 impl StorageError {
-    /// Classifies a fred error. `deadline_bound` says whether the timeout in
-    /// force was the caller's deadline rather than the command timeout.
-    pub(crate) fn from_redis(error: &Error, deadline_bound: bool, timeout: Duration) -> Self {
+    /// Classifies a fred error.
+    pub(crate) fn from_redis(error: &Error, call: CallKind) -> Self {
+        let detail = error.to_string();
+        let not_applied = |why| Self::Unavailable {
+            why,
+            detail: detail.clone(),
+        };
+        let maybe_applied = |why| {
+            if call.write {
+                Self::MaybeApplied {
+                    why,
+                    detail: detail.clone(),
+                }
+            } else {
+                not_applied(NotApplied::ReadFailed)
+            }
+        };
         match error.kind() {
-            ErrorKind::Timeout if deadline_bound => Self::DeadlineExceeded,
-            ErrorKind::Timeout => Self::Unavailable(format!("no answer within {timeout:?}")),
+            ErrorKind::Timeout if call.deadline_bound => Self::DeadlineExceeded,
+            ErrorKind::Timeout => maybe_applied(NoAnswer::Timeout(call.timeout)),
+            ErrorKind::Backpressure => not_applied(NotApplied::QueueFull),
+            ErrorKind::Canceled if error.details() == FAIL_FAST_DETAIL => {
+                not_applied(NotApplied::NoConnection)
+            }
+            ErrorKind::Auth => not_applied(NotApplied::Refused),
+            _ if is_refusal(error.details()) => not_applied(NotApplied::Refused),
             ErrorKind::Parse | ErrorKind::InvalidArgument | ErrorKind::InvalidCommand => {
-                Self::Unexpected(error.to_string())
+                Self::Unexpected(detail)
             }
-            ErrorKind::Unknown if !is_transient_reply(error.details()) => {
-                Self::Unexpected(error.to_string())
-            }
-            _ => Self::Unavailable(error.to_string()),
+            // Any other error reply: a script error or WRONGTYPE, which stop
+            // before the first write (the scripts check before they write).
+            ErrorKind::Unknown if is_error_reply(error) => Self::Unexpected(detail),
+            _ => maybe_applied(NoAnswer::ConnectionLost),
         }
+    }
+
+    /// Whether a retry of the same call is known to be safe.
+    pub fn nothing_applied(&self) -> bool {
+        matches!(self, Self::Unavailable { .. } | Self::ForeignValue { .. })
     }
 }
 
-fn is_transient_reply(details: &str) -> bool {
-    TRANSIENT_REPLIES
-        .iter()
-        .any(|prefix| details.starts_with(prefix))
+fn is_refusal(details: &str) -> bool {
+    let code = details.split_whitespace().next().unwrap_or("");
+    REFUSALS.contains(&code)
+}
+
+/// Whether fred's error is Redis's error reply, rather than fred's own
+/// words about a connection: Redis error codes are one upper-case word.
+fn is_error_reply(error: &Error) -> bool {
+    let code = error.details().split_whitespace().next().unwrap_or("");
+    !code.is_empty() && code.bytes().all(|b| b.is_ascii_uppercase())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const WRITE: CallKind = CallKind {
+        write: true,
+        deadline_bound: false,
+        timeout: Duration::from_millis(5),
+    };
+    const READ: CallKind = CallKind {
+        write: false,
+        ..WRITE
+    };
+
+    fn classify(kind: ErrorKind, details: &'static str, call: CallKind) -> StorageError {
+        StorageError::from_redis(&Error::new(kind, details), call)
+    }
+
     #[test]
     fn timeouts_follow_whose_deadline_it_was() {
-        let timeout = Error::new(ErrorKind::Timeout, "timed out");
-        let t = Duration::from_millis(5);
+        let deadline = CallKind {
+            deadline_bound: true,
+            ..WRITE
+        };
         assert!(matches!(
-            StorageError::from_redis(&timeout, true, t),
+            classify(ErrorKind::Timeout, "timed out", deadline),
             StorageError::DeadlineExceeded
         ));
         assert!(matches!(
-            StorageError::from_redis(&timeout, false, t),
-            StorageError::Unavailable(_)
+            classify(ErrorKind::Timeout, "timed out", WRITE),
+            StorageError::MaybeApplied {
+                why: NoAnswer::Timeout(_),
+                ..
+            }
         ));
     }
 
     #[test]
-    fn connection_trouble_is_unavailable_and_odd_replies_are_unexpected() {
-        let t = Duration::from_millis(5);
-        let io = Error::new(ErrorKind::IO, "connection reset");
-        let loading = Error::new(
-            ErrorKind::Unknown,
-            "LOADING Redis is loading the dataset in memory",
-        );
-        let noperm = Error::new(
-            ErrorKind::Unknown,
-            "NOPERM User sticky-routing has no permissions to run the 'hset' command",
-        );
+    fn only_what_never_ran_is_nothing_applied() {
+        let refused = [
+            (
+                ErrorKind::Unknown,
+                "LOADING Redis is loading the dataset in memory",
+            ),
+            (
+                ErrorKind::Unknown,
+                "READONLY You can't write against a read only replica.",
+            ),
+            (
+                ErrorKind::Unknown,
+                "OOM command not allowed when used memory > 'maxmemory'.",
+            ),
+            (
+                ErrorKind::Unknown,
+                "NOPERM User sticky-routing has no permissions to run the 'hset' command",
+            ),
+            (ErrorKind::Auth, "WRONGPASS invalid username-password pair"),
+            (ErrorKind::Cluster, "CLUSTERDOWN The cluster is down"),
+        ];
+        for (kind, details) in refused {
+            assert!(
+                matches!(
+                    classify(kind, details, WRITE),
+                    StorageError::Unavailable {
+                        why: NotApplied::Refused,
+                        ..
+                    }
+                ),
+                "{details}"
+            );
+        }
         assert!(matches!(
-            StorageError::from_redis(&noperm, false, t),
-            StorageError::Unavailable(_)
-        ));
-        let wrongtype = Error::new(
-            ErrorKind::Unknown,
-            "WRONGTYPE Operation against a key holding the wrong kind of value",
-        );
-        assert!(matches!(
-            StorageError::from_redis(&io, false, t),
-            StorageError::Unavailable(_)
-        ));
-        assert!(matches!(
-            StorageError::from_redis(&loading, false, t),
-            StorageError::Unavailable(_)
+            classify(
+                ErrorKind::Backpressure,
+                "Max in-flight commands reached.",
+                WRITE
+            ),
+            StorageError::Unavailable {
+                why: NotApplied::QueueFull,
+                ..
+            }
         ));
         assert!(matches!(
-            StorageError::from_redis(&wrongtype, false, t),
-            StorageError::Unexpected(_)
+            classify(ErrorKind::Canceled, FAIL_FAST_DETAIL, WRITE),
+            StorageError::Unavailable {
+                why: NotApplied::NoConnection,
+                ..
+            }
         ));
+    }
+
+    #[test]
+    fn a_write_lost_in_flight_may_have_been_applied_and_a_read_never_was() {
+        for (kind, details) in [
+            (ErrorKind::IO, "Connection reset by peer"),
+            (ErrorKind::IO, "Connection Closed"),
+            (ErrorKind::Canceled, "Canceled."),
+        ] {
+            let write = classify(kind.clone(), details, WRITE);
+            assert!(!write.nothing_applied(), "{details}");
+            assert!(matches!(write, StorageError::MaybeApplied { .. }));
+            assert!(classify(kind, details, READ).nothing_applied(), "{details}");
+        }
+    }
+
+    #[test]
+    fn odd_replies_are_unexpected() {
+        for (kind, details) in [
+            (
+                ErrorKind::InvalidArgument,
+                "WRONGTYPE Operation against a key holding the wrong kind of value",
+            ),
+            (
+                ErrorKind::Unknown,
+                "ERR user_script:1: Script attempted to access nonexistent global variable",
+            ),
+        ] {
+            assert!(
+                matches!(classify(kind, details, WRITE), StorageError::Unexpected(_)),
+                "{details}"
+            );
+        }
     }
 }

@@ -13,7 +13,7 @@ mod settings;
 mod store;
 mod tls;
 
-pub use error::{ConnectError, StorageError};
+pub use error::{ConnectError, NoAnswer, NotApplied, StorageError};
 pub use settings::{ClientCertFiles, RedisSetting, RedisSettings, Secret, TlsFiles, redact_url};
 pub use store::RedisStore;
 pub(crate) use store::{AdmissionRequest, SuccessWrite};

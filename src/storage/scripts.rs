@@ -6,11 +6,21 @@
 //! NOSCRIPT, and the call is repeated once as EVAL, which also caches the
 //! script again. NOSCRIPT means the script did not run, so the repeat can
 //! never apply a write twice.
+//!
+//! The calls go out as custom commands, not through fred's `LuaInterface`:
+//! fred 10 does not implement that interface for a client with per-call
+//! options, so `evalsha` on one silently drops them (no `fail_fast`, no
+//! per-call timeout: fred issue #353). A custom command takes them.
 
 use fred::clients::{Client, WithOptions};
-use fred::interfaces::LuaInterface;
+use fred::interfaces::ClientLike;
 use fred::prelude::{Error, FromValue, Value};
+use fred::types::CustomCommand;
+use fred::types::ClusterHash;
 use fred::types::scripts::Script;
+
+/// `EVALSHA sha 1 key args…`: on Cluster the slot is the key's, at offset 2.
+const KEY_OFFSET: usize = 2;
 
 /// One script, with its SHA computed once at start-up.
 pub struct LuaScript {
@@ -26,19 +36,29 @@ impl LuaScript {
         }
     }
 
-    /// Runs the script against `key`.
+    /// Runs the script against `key`, with the client's per-call options.
     pub async fn run<R: FromValue>(
         &self,
         client: &WithOptions<Client>,
         key: &str,
         args: Vec<Value>,
     ) -> Result<R, Error> {
-        match client
-            .evalsha(self.script.sha1().clone(), key, args.clone())
-            .await
-        {
+        let command = |name: &'static str, script: &str| {
+            let mut line = Vec::with_capacity(args.len() + 3);
+            line.push(Value::from(script));
+            line.push(Value::from(1));
+            line.push(Value::from(key));
+            line.extend(args.iter().cloned());
+            (
+                CustomCommand::new_static(name, ClusterHash::Offset(KEY_OFFSET), false),
+                line,
+            )
+        };
+        let (evalsha, line) = command("EVALSHA", self.script.sha1());
+        match client.custom(evalsha, line).await {
             Err(error) if error.details().starts_with("NOSCRIPT") => {
-                client.eval(self.body, key, args).await
+                let (eval, line) = command("EVAL", self.body);
+                client.custom(eval, line).await
             }
             result => result,
         }

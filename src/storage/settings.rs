@@ -25,6 +25,9 @@ pub struct RedisSettings {
     pub pool_size: usize,
     /// Upper bound for one Redis call; the caller's deadline may shorten it.
     pub command_timeout: Duration,
+    /// Commands that may wait for one connection; past it a call is refused
+    /// at once (nothing sent) rather than queued towards its deadline.
+    pub queue_limit: usize,
 }
 
 /// The URL and the password may hold secrets: keep them out of `{:?}`.
@@ -37,6 +40,7 @@ impl std::fmt::Debug for RedisSettings {
             .field("tls", &self.tls)
             .field("pool_size", &self.pool_size)
             .field("command_timeout", &self.command_timeout)
+            .field("queue_limit", &self.queue_limit)
             .finish()
     }
 }

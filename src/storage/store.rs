@@ -5,7 +5,6 @@
 //! crate-private and take typed keys, so the only way to write is the
 //! record flow (`crate::record`), which never skips admission.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,11 +14,12 @@ use fred::prelude::{Builder, Config, Error, Options, ReconnectPolicy, Value};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
-use super::error::{ConnectError, StorageError};
+use super::error::{CallKind, ConnectError, NotApplied, StorageError};
 use super::scripts::{LuaScript, Scripts};
 use super::sentinel_watch::SentinelWatch;
 use super::settings::RedisSettings;
 use crate::domain::admission::{Decision, WindowCounters};
+use crate::domain::attempts::{self, AttemptDigest};
 use crate::domain::combo::Combo;
 use crate::domain::counts::Recorded;
 use crate::domain::ids::{CustomerId, MerchantId};
@@ -50,6 +50,8 @@ pub(crate) struct SuccessWrite<'a> {
     pub cap: u32,
     /// Create the hash when absent (the customer passed admission).
     pub create: bool,
+    /// The attempt to check and remember, when the caller sent one.
+    pub attempt: Option<AttemptDigest>,
 }
 
 /// One admission request, as the admit script takes it.
@@ -60,16 +62,15 @@ pub(crate) struct AdmissionRequest {
     pub budget: u64,
 }
 
-/// A client with this call's options, and what its timeout stands for.
+/// A client with this call's options, and what the call is.
 struct Call {
     client: WithOptions<Client>,
-    timeout: Duration,
-    deadline_bound: bool,
+    kind: CallKind,
 }
 
 impl Call {
     fn error(&self, error: &Error) -> StorageError {
-        StorageError::from_redis(error, self.deadline_bound, self.timeout)
+        StorageError::from_redis(error, self.kind)
     }
 }
 
@@ -102,6 +103,9 @@ impl RedisStore {
                 c.unresponsive.max_timeout = Some(Duration::from_secs(2));
                 c.unresponsive.interval = Duration::from_millis(500);
                 c.tcp.nodelay = Some(true);
+                // A bounded queue: past it a call is refused at once, with
+                // nothing sent, instead of waiting out its deadline.
+                c.max_command_buffer_len = redis.queue_limit;
             })
             .with_performance_config(|p| p.default_command_timeout = redis.command_timeout)
             .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
@@ -150,11 +154,16 @@ impl RedisStore {
     /// a Redis that forgets them later is handled by the NOSCRIPT fallback.
     pub async fn preload_scripts(&self) -> Result<(), StorageError> {
         let client = self.pool.next_connected();
+        let kind = CallKind {
+            write: false,
+            deadline_bound: false,
+            timeout: self.command_timeout,
+        };
         for script in self.scripts.all() {
             script
                 .load(client)
                 .await
-                .map_err(|e| StorageError::Unavailable(e.to_string()))?;
+                .map_err(|e| StorageError::from_redis(&e, kind))?;
         }
         Ok(())
     }
@@ -170,7 +179,7 @@ impl RedisStore {
 
     /// One PING, for readiness.
     pub async fn ping(&self, deadline: Instant) -> Result<(), StorageError> {
-        let call = self.call(deadline)?;
+        let call = self.call(deadline, false)?;
         call.client
             .ping::<()>(None)
             .await
@@ -185,7 +194,7 @@ impl RedisStore {
         customer: &CustomerId,
         deadline: Instant,
     ) -> Result<Vec<(String, i64)>, StorageError> {
-        let call = self.call(deadline)?;
+        let call = self.call(deadline, false)?;
         let key = keys::customer_key(merchant, customer);
         let reply: Value = call
             .client
@@ -203,25 +212,28 @@ impl RedisStore {
         customer: &CustomerId,
         deadline: Instant,
     ) -> Result<(Vec<(String, i64)>, i64), StorageError> {
-        let call = self.call(deadline)?;
+        let call = self.call(deadline, false)?;
         let key = keys::customer_key(merchant, customer);
         let (fields, ttl) = tokio::join!(
-            call.client.hgetall::<HashMap<String, i64>, _>(key.as_str()),
+            call.client.hgetall::<Value, _>(key.as_str()),
             call.client.ttl::<i64, _>(key.as_str()),
         );
-        let fields = fields.map_err(|e| call.error(&e))?;
+        let fields = fields.and_then(fields_of).map_err(|e| call.error(&e))?;
         let ttl = ttl.map_err(|e| call.error(&e))?;
-        Ok((fields.into_iter().collect(), ttl.max(0)))
+        Ok((fields, ttl.max(0)))
     }
 
-    /// Deletes the customer's hash; true when it existed.
+    /// Deletes the customer's hash, with its remembered attempts; true when
+    /// it existed. Deleting is idempotent, so a lost answer is reported as
+    /// a read's would be: retrying is always safe.
     pub async fn forget(
         &self,
         merchant: &MerchantId,
         customer: &CustomerId,
         deadline: Instant,
     ) -> Result<bool, StorageError> {
-        let call = self.write_call(deadline)?;
+        self.check_fence()?;
+        let call = self.call(deadline, false)?;
         let deleted: i64 = call
             .client
             .del(keys::customer_key(merchant, customer).as_str())
@@ -232,6 +244,7 @@ impl RedisStore {
 
     /// Runs record_success.lua. `None`: the hash is absent and `create` was
     /// false, so nothing was written and the customer needs admission.
+    /// A repeat of a remembered attempt is [`Recorded::Duplicate`].
     pub(crate) async fn write_success(
         &self,
         key: &CustomerKey,
@@ -243,6 +256,7 @@ impl RedisStore {
             Value::from(write.ttl_secs.to_string()),
             Value::from(write.cap.to_string()),
             Value::from(if write.create { "1" } else { "0" }),
+            attempt_arg(write.attempt),
         ];
         let reply = self
             .run_script(&self.scripts.record_success, key, args, deadline)
@@ -253,6 +267,8 @@ impl RedisStore {
                 net_count,
                 pruned: u32::try_from(pruned).unwrap_or(u32::MAX),
             })),
+            [2, net_count, _] => Ok(Some(Recorded::Duplicate { net_count })),
+            [-1, _, _] => Err(foreign_value("the customer's hash")),
             _ => Err(StorageError::Unexpected(format!(
                 "record_success replied {reply:?}"
             ))),
@@ -260,17 +276,19 @@ impl RedisStore {
     }
 
     /// Runs record_failure.lua: decrement, floor at 0, delete at 0, never
-    /// create.
+    /// create; a repeat of a remembered attempt writes nothing.
     pub(crate) async fn write_failure(
         &self,
         key: &CustomerKey,
         combo: &Combo,
         ttl_secs: u64,
+        attempt: Option<AttemptDigest>,
         deadline: Instant,
     ) -> Result<Recorded, StorageError> {
         let args = vec![
             Value::from(combo.field()),
             Value::from(ttl_secs.to_string()),
+            attempt_arg(attempt),
         ];
         let reply = self
             .run_script(&self.scripts.record_failure, key, args, deadline)
@@ -281,6 +299,8 @@ impl RedisStore {
                 net_count,
                 pruned: 0,
             }),
+            [2, net_count] => Ok(Recorded::Duplicate { net_count }),
+            [-1, _] => Err(foreign_value("the customer's hash")),
             _ => Err(StorageError::Unexpected(format!(
                 "record_failure replied {reply:?}"
             ))),
@@ -313,6 +333,7 @@ impl RedisStore {
                     },
                 })
             }
+            [-1, ..] => Err(foreign_value("the merchant's admission key")),
             _ => Err(StorageError::Unexpected(format!("admit replied {reply:?}"))),
         }
     }
@@ -336,23 +357,32 @@ impl RedisStore {
     /// [`Self::call`] for a write: refused while a Sentinel failover is
     /// under way, because the primary it would reach is about to discard it.
     fn write_call(&self, deadline: Instant) -> Result<Call, StorageError> {
+        self.check_fence()?;
+        self.call(deadline, true)
+    }
+
+    fn check_fence(&self) -> Result<(), StorageError> {
         if self
             .sentinel_watch
             .as_ref()
             .is_some_and(|watch| watch.fence.is_up())
         {
-            return Err(StorageError::Unavailable(
-                "a Sentinel failover is under way; writes resume once the new primary is reached"
+            return Err(StorageError::Unavailable {
+                why: NotApplied::Failover,
+                detail: "a Sentinel failover is under way; writes resume once the new primary \
+                         is reached"
                     .into(),
-            ));
+            });
         }
-        self.call(deadline)
+        Ok(())
     }
 
     /// A pooled client whose options bound this call by the command timeout
     /// and the caller's deadline, whichever is sooner, with no retry and no
-    /// queueing behind a broken connection.
-    fn call(&self, deadline: Instant) -> Result<Call, StorageError> {
+    /// queueing behind a broken connection. A call whose deadline has passed
+    /// is never sent; and one that times out while still queued is dropped
+    /// by fred unsent.
+    fn call(&self, deadline: Instant, write: bool) -> Result<Call, StorageError> {
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
             return Err(StorageError::DeadlineExceeded);
@@ -360,25 +390,49 @@ impl RedisStore {
         let deadline_bound = remaining < self.command_timeout;
         let timeout = remaining.min(self.command_timeout);
         let options = Options {
+            // A write whose connection dropped may have run: resending it
+            // after the reconnect could apply it twice.
             max_attempts: Some(1),
             timeout: Some(timeout),
+            // Not connected: answer at once, nothing sent, rather than queue
+            // the command until the connection is back.
             fail_fast: true,
             ..Options::default()
         };
         Ok(Call {
             client: self.pool.next_connected().with_options(&options),
-            timeout,
-            deadline_bound,
+            kind: CallKind {
+                write,
+                deadline_bound,
+                timeout,
+            },
         })
     }
 }
 
-/// HGETALL's reply (fred hands it over as a map) as (field, count) pairs,
-/// without first building a second, typed map.
+/// The script argument for an optional attempt: its digest, or empty.
+fn attempt_arg(attempt: Option<AttemptDigest>) -> Value {
+    attempt.map_or_else(
+        || Value::from(""),
+        |digest| Value::Bytes(digest.0.to_vec().into()),
+    )
+}
+
+fn foreign_value(key_kind: &'static str) -> StorageError {
+    StorageError::ForeignValue {
+        key_kind,
+        detail: "a stored value is not a whole number, or not a valid attempts list".into(),
+    }
+}
+
+/// HGETALL's reply (fred hands it over as a map) as (field, count) pairs of
+/// the combos, without first building a second, typed map. The service's
+/// own bookkeeping (remembered attempts) is skipped: reads never see it.
 fn fields_of(reply: Value) -> Result<Vec<(String, i64)>, Error> {
     let map = reply.into_map()?;
     map.inner()
         .into_iter()
+        .filter(|(field, _)| !field.as_str().is_some_and(attempts::is_bookkeeping))
         .map(|(field, count)| {
             let field = field
                 .into_string()

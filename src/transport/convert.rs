@@ -2,17 +2,22 @@
 //! into protobuf. Fields are checked in declaration order, and the first bad
 //! one is reported by name.
 
+use std::collections::HashMap;
+
 use super::pb;
 use crate::domain::InvalidInput;
+use crate::domain::attempts::AttemptId;
 use crate::domain::combo::{Combo, MethodPrefix};
 use crate::domain::counts::{Outcome, Recorded};
 use crate::domain::habits::Habit;
 use crate::domain::ids::{Connector, CustomerId, MerchantId, PaymentMethod, PaymentMethodType};
-use crate::domain::pin::{Candidate, PinQuery};
+use crate::domain::pin::{Candidate, PinChoice, PinQuery, ScoreRatio, Veto};
 use crate::record::RecordCommand;
 
 /// The most connectors a GetPin may list.
 pub const MAX_ELIGIBLE_CONNECTORS: usize = 64;
+/// The most live scores a GetPin may send.
+pub const MAX_CONNECTOR_SCORES: usize = 64;
 
 pub fn record_command(req: &pb::RecordOutcomeRequest) -> Result<RecordCommand, InvalidInput> {
     let (merchant, customer) = customer_ref(&req.merchant_id, &req.customer_id)?;
@@ -39,17 +44,22 @@ pub fn record_command(req: &pb::RecordOutcomeRequest) -> Result<RecordCommand, I
         }
     };
     let combo = Combo::new(&method, &method_type, &connector)?;
+    let attempt = AttemptId::parse(&req.attempt_id)?;
     Ok(RecordCommand {
         merchant,
         customer,
         combo,
         outcome,
+        attempt,
     })
 }
 
+/// The pin query, with the veto built from the caller's scores and ratio
+/// (or `default_ratio` when the call names none).
 pub fn pin_query(
     req: &pb::GetPinRequest,
     min_count: i64,
+    default_ratio: ScoreRatio,
 ) -> Result<(MerchantId, CustomerId, PinQuery), InvalidInput> {
     let (merchant, customer) = customer_ref(&req.merchant_id, &req.customer_id)?;
     let method = PaymentMethod::parse(&req.payment_method)?;
@@ -69,12 +79,51 @@ pub fn pin_query(
         .enumerate()
         .map(|(i, raw)| Connector::parse_as(raw, &format!("eligible_connectors[{i}]")))
         .collect::<Result<Vec<_>, _>>()?;
+    let scores = connector_scores(&req.connector_scores)?;
+    let ratio = match req.min_score_ratio {
+        None => default_ratio,
+        Some(ratio) => ScoreRatio::new(ratio).ok_or_else(|| {
+            InvalidInput::new(
+                "min_score_ratio",
+                format!("is {ratio}; it must be a number from 0 to 1"),
+            )
+        })?,
+    };
+    let veto = Veto::new(scores, ratio, &eligible);
     let query = PinQuery {
         prefix: MethodPrefix::new(&method, &method_type),
         eligible,
         min_count,
+        veto,
     };
     Ok((merchant, customer, query))
+}
+
+/// Live scores: at most 64, each a finite, non-negative number for a
+/// connector name that could be stored.
+fn connector_scores(raw: &HashMap<String, f64>) -> Result<HashMap<String, f64>, InvalidInput> {
+    const FIELD: &str = "connector_scores";
+    if raw.len() > MAX_CONNECTOR_SCORES {
+        return Err(InvalidInput::new(
+            FIELD,
+            format!(
+                "has {} entries; the limit is {MAX_CONNECTOR_SCORES}",
+                raw.len()
+            ),
+        ));
+    }
+    for (connector, score) in raw {
+        Connector::parse_as(connector, FIELD)?;
+        if !score.is_finite() || *score < 0.0 {
+            return Err(InvalidInput::new(
+                FIELD,
+                format!(
+                    "the score of {connector:?} is {score}; scores must be finite and not negative"
+                ),
+            ));
+        }
+    }
+    Ok(raw.clone())
 }
 
 pub fn customer_ref(
@@ -92,6 +141,7 @@ pub fn record_response(recorded: Recorded) -> pb::RecordOutcomeResponse {
         Recorded::Applied { net_count, pruned } => (pb::RecordResult::Applied, net_count, pruned),
         Recorded::IgnoredNoHabit => (pb::RecordResult::IgnoredNoHabit, 0, 0),
         Recorded::NotAdmitted => (pb::RecordResult::NotAdmitted, 0, 0),
+        Recorded::Duplicate { net_count } => (pb::RecordResult::Duplicate, net_count, 0),
     };
     pb::RecordOutcomeResponse {
         result: result.into(),
@@ -100,23 +150,28 @@ pub fn record_response(recorded: Recorded) -> pb::RecordOutcomeResponse {
     }
 }
 
-pub fn pin_response(candidates: Vec<Candidate>) -> pb::GetPinResponse {
-    let (pinned, connector, net_count) = match candidates.first() {
-        Some(best) => (true, best.connector.clone(), best.net_count),
+pub fn pin_response(choice: PinChoice) -> pb::GetPinResponse {
+    let (pinned, connector, net_count) = match choice.pin {
+        Some(pin) => (true, pin.connector, pin.net_count),
         None => (false, String::new(), 0),
     };
     pb::GetPinResponse {
         pinned,
         connector,
         net_count,
-        candidates: candidates
-            .into_iter()
-            .map(|c| pb::ConnectorCount {
-                connector: c.connector,
-                net_count: c.net_count,
-            })
-            .collect(),
+        candidates: connector_counts(choice.candidates),
+        vetoed: connector_counts(choice.vetoed),
     }
+}
+
+fn connector_counts(candidates: Vec<Candidate>) -> Vec<pb::ConnectorCount> {
+    candidates
+        .into_iter()
+        .map(|c| pb::ConnectorCount {
+            connector: c.connector,
+            net_count: c.net_count,
+        })
+        .collect()
 }
 
 pub fn habits_response(habits: Vec<Habit>, ttl_seconds: i64) -> pb::GetHabitsResponse {
@@ -148,6 +203,7 @@ mod tests {
             payment_method_type: "rtp".into(),
             connector: "GIGADAT".into(),
             outcome: pb::Outcome::Success.into(),
+            attempt_id: String::new(),
         };
         f(&mut req);
         record_command(&req)
@@ -197,24 +253,63 @@ mod tests {
     }
 
     #[test]
-    fn eligible_connectors_are_bounded_and_checked() {
-        let mut req = pb::GetPinRequest {
+    fn attempt_ids_are_optional_and_checked() {
+        assert_eq!(record(|_| {}).unwrap().attempt, None);
+        assert!(
+            record(|r| r.attempt_id = " p1 ".into())
+                .unwrap()
+                .attempt
+                .is_some()
+        );
+        assert_eq!(
+            record(|r| r.attempt_id = "a\u{7}".into())
+                .err()
+                .unwrap()
+                .field,
+            "attempt_id"
+        );
+    }
+
+    fn pin_request() -> pb::GetPinRequest {
+        pb::GetPinRequest {
             merchant_id: "m1".into(),
             customer_id: "c1".into(),
             payment_method: "interac".into(),
             payment_method_type: "rtp".into(),
-            eligible_connectors: vec!["a".into(); 65],
-        };
-        assert_eq!(
-            pin_query(&req, 1).err().unwrap().field,
-            "eligible_connectors"
-        );
+            ..Default::default()
+        }
+    }
+
+    fn pin_error(req: &pb::GetPinRequest) -> String {
+        pin_query(req, 1, ScoreRatio::DEFAULT).err().unwrap().field
+    }
+
+    #[test]
+    fn eligible_connectors_are_bounded_and_checked() {
+        let mut req = pin_request();
+        req.eligible_connectors = vec!["a".into(); 65];
+        assert_eq!(pin_error(&req), "eligible_connectors");
         req.eligible_connectors = vec!["a".into(), String::new()];
-        assert_eq!(
-            pin_query(&req, 1).err().unwrap().field,
-            "eligible_connectors[1]"
-        );
+        assert_eq!(pin_error(&req), "eligible_connectors[1]");
         req.eligible_connectors = vec!["a".into(); 64];
-        assert!(pin_query(&req, 1).is_ok());
+        assert!(pin_query(&req, 1, ScoreRatio::DEFAULT).is_ok());
+    }
+
+    #[test]
+    fn scores_and_the_ratio_are_checked_even_alone() {
+        let mut req = pin_request();
+        for bad in [-0.1, 1.1, f64::NAN, f64::INFINITY] {
+            req.min_score_ratio = Some(bad);
+            assert_eq!(pin_error(&req), "min_score_ratio", "{bad}");
+        }
+        req.min_score_ratio = Some(1.0);
+        for bad in [-1.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            req.connector_scores = HashMap::from([("a".into(), bad)]);
+            assert_eq!(pin_error(&req), "connector_scores", "{bad}");
+        }
+        req.connector_scores = (0..65).map(|i| (i.to_string(), 1.0)).collect();
+        assert_eq!(pin_error(&req), "connector_scores");
+        req.connector_scores = (0..64).map(|i| (i.to_string(), 1.0)).collect();
+        assert!(pin_query(&req, 1, ScoreRatio::DEFAULT).is_ok());
     }
 }

@@ -17,7 +17,7 @@ use super::status::ApiError;
 use crate::domain::Rules;
 use crate::domain::counts::Recorded;
 use crate::domain::habits::ordered_habits;
-use crate::domain::pin::rank_candidates;
+use crate::domain::pin::choose_pin;
 use crate::record::record_outcome;
 use crate::storage::{RedisStore, StorageError};
 use crate::telemetry::Metrics;
@@ -111,6 +111,7 @@ impl StickyRouting for StickyRoutingService {
                 }
                 Ok(Recorded::IgnoredNoHabit) => "no_habit",
                 Ok(Recorded::NotAdmitted) => "not_admitted",
+                Ok(Recorded::Duplicate { .. }) => "duplicate",
                 Err(error) => error_label(error),
             });
             result.map(convert::record_response)
@@ -125,17 +126,18 @@ impl StickyRouting for StickyRoutingService {
         self.handle("GetPin", request, |req, deadline| async move {
             let result = async {
                 let (merchant, customer, query) =
-                    convert::pin_query(&req, self.rules.min_pin_count)?;
+                    convert::pin_query(&req, self.rules.min_pin_count, self.rules.min_score_ratio)?;
                 let fields = self
                     .store
                     .read_combos(&merchant, &customer, deadline)
                     .await?;
-                Ok(rank_candidates(&fields, &query))
+                Ok(choose_pin(&fields, &query))
             }
             .await;
             self.metrics.pin(match &result {
-                Ok(candidates) if candidates.is_empty() => "no_habit",
-                Ok(_) => "pinned",
+                Ok(choice) if choice.pin.is_some() => "pinned",
+                Ok(choice) if choice.candidates.is_empty() => "no_habit",
+                Ok(_) => "vetoed",
                 Err(error) => error_label(error),
             });
             result.map(convert::pin_response)

@@ -392,6 +392,7 @@ pub fn outcome(
         payment_method_type: "rtp".into(),
         connector: connector.into(),
         outcome: outcome.into(),
+        ..Default::default()
     }
 }
 
@@ -402,6 +403,7 @@ pub fn pin_request(customer: &str, eligible: &[&str]) -> pb::GetPinRequest {
         payment_method: "interac".into(),
         payment_method_type: "rtp".into(),
         eligible_connectors: eligible.iter().map(|c| c.to_string()).collect(),
+        ..Default::default()
     }
 }
 
@@ -445,3 +447,4 @@ pub async fn wait_for_readiness(health: &HealthClient<Channel>, serving: bool) {
 pub const APPLIED: i32 = pb::RecordResult::Applied as i32;
 pub const IGNORED_NO_HABIT: i32 = pb::RecordResult::IgnoredNoHabit as i32;
 pub const NOT_ADMITTED: i32 = pb::RecordResult::NotAdmitted as i32;
+pub const DUPLICATE: i32 = pb::RecordResult::Duplicate as i32;

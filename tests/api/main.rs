@@ -7,10 +7,12 @@
 mod admission;
 mod bad_input;
 mod concurrency;
+mod exactly_once;
 mod failover;
 mod get_pin;
 mod habits;
 mod health;
+mod health_veto;
 mod helpers;
 mod least_privilege;
 mod load;

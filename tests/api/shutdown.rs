@@ -104,9 +104,10 @@ async fn in_flight_calls_get_their_answer_before_the_process_exits() {
         .expect("the call hung")
         .unwrap();
     let status = result.expect_err("redis is frozen: the call cannot succeed");
-    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    // The write reached the frozen server: it may have been applied.
+    assert_eq!(status.code(), Code::Unknown, "{status:?}");
     assert!(
-        status.message().contains("redis"),
+        status.message().contains("Redis"),
         "not the service's answer but a transport error: {status:?}"
     );
     assert!(

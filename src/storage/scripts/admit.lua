@@ -5,12 +5,19 @@
 --
 -- KEYS[1]  the merchant's admission hash: fields w (window index), cur, prev
 -- ARGV[1]  now in ms   ARGV[2]  window length in ms   ARGV[3]  the budget
--- Returns {admitted (0|1), window, current, previous} after the request.
+-- Returns {admitted (0|1), window, current, previous} after the request, or
+-- {-1, 0, 0, 0} with nothing written when a stored value is not a whole
+-- number (not one this service writes).
 local key = KEYS[1]
 local now, window, budget = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local now_window = math.floor(now / window)
 
 local stored = redis.call('HMGET', key, 'w', 'cur', 'prev')
+for i = 1, 3 do
+  if stored[i] and not (#stored[i] <= 20 and string.match(stored[i], '^-?%d+$')) then
+    return {-1, 0, 0, 0}
+  end
+end
 local w, cur, prev = now_window, 0, 0
 if stored[1] then
   local stored_window = tonumber(stored[1])

@@ -1,14 +1,41 @@
 -- A gateway failure: decrement a present combo, floored at 0, deleting it at
--- 0; never create anything. Atomic, so concurrent writes can neither leave a
--- zero or negative count behind nor lose an update.
--- Mirrors domain::counts::after_failure (held equal by src/storage/scripts/tests.rs).
+-- 0; never create anything; remember the attempt, so that a repeat of it
+-- writes nothing. Atomic, so concurrent writes can neither leave a zero or
+-- negative count behind nor lose an update.
+-- Mirrors domain::counts::after_failure and domain::attempts::Remembered
+-- (held equal by src/storage/scripts/tests.rs).
+--
+-- Every check comes before the first write: a value that this service does
+-- not write stops the script with nothing written.
 --
 -- KEYS[1]  the customer hash
 -- ARGV[1]  the combo field        ARGV[2]  the key TTL in seconds
--- Returns {applied (0|1), net count}. applied = 0: no such habit, nothing written.
-local key, field = KEYS[1], ARGV[1]
+-- ARGV[3]  the attempt's 8-byte digest, or '' for none
+-- Returns {code, net count}, where code is
+--   1  applied;
+--   0  no such habit;
+--   2  a repeat of a remembered attempt: the net count is the combo's current
+--      count (0 when absent);
+--  -1  a value under the key is not one this service writes.
+-- Codes other than 1 mean nothing was written.
+local ATTEMPTS, DIGEST, REMEMBERED = ':a', 8, 8
+local key, field, attempt = KEYS[1], ARGV[1], ARGV[3]
 
-local current = redis.call('HGET', key, field)
+local stored = redis.call('HMGET', key, ATTEMPTS, field)
+local attempts, current = stored[1], stored[2]
+if attempts and (#attempts % DIGEST ~= 0 or #attempts > REMEMBERED * DIGEST) then
+  return {-1, 0}
+end
+if current and not (#current <= 20 and string.match(current, '^-?%d+$')) then
+  return {-1, 0}
+end
+if attempt ~= '' and attempts then
+  for i = 1, #attempts, DIGEST do
+    if string.sub(attempts, i, i + DIGEST - 1) == attempt then
+      return {2, tonumber(current) or 0}
+    end
+  end
+end
 if not current then
   return {0, 0}
 end
@@ -19,7 +46,19 @@ if tonumber(current) <= 1 then
 else
   count = redis.call('HINCRBY', key, field, -1)
 end
+if attempts and redis.call('HLEN', key) == 1 then
+  -- The last combo went: the hash goes, and its attempts with it.
+  redis.call('DEL', key)
+  return {1, count}
+end
 if redis.call('EXISTS', key) == 1 then
+  if attempt ~= '' then
+    local remembered = (attempts or '') .. attempt
+    if #remembered > REMEMBERED * DIGEST then
+      remembered = string.sub(remembered, #remembered - REMEMBERED * DIGEST + 1)
+    end
+    redis.call('HSET', key, ATTEMPTS, remembered)
+  end
   redis.call('EXPIRE', key, ARGV[2])
 end
 return {1, count}

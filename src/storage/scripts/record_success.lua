@@ -1,26 +1,59 @@
--- A success: HINCRBY the combo and re-arm the sliding TTL in one atomic step,
--- then, if the write created a new field past the cap, prune the excess.
--- Mirrors domain::prune::fields_to_prune (held equal by src/storage/scripts/tests.rs).
+-- A success: HINCRBY the combo and re-arm the sliding TTL in one atomic step;
+-- if the write created a new field past the cap, prune the excess; remember
+-- the attempt, so that a repeat of it writes nothing.
+-- Mirrors domain::prune::fields_to_prune and domain::attempts::Remembered
+-- (held equal by src/storage/scripts/tests.rs).
+--
+-- Every check comes before the first write: a value that this service does
+-- not write (a non-integer count, a foreign attempts value) stops the script
+-- with nothing written.
 --
 -- KEYS[1]  the customer hash
 -- ARGV[1]  the combo field        ARGV[2]  the key TTL in seconds
 -- ARGV[3]  the combo cap          ARGV[4]  '1' when the customer was admitted
 --                                          (create the hash if absent)
--- Returns {applied (0|1), net count, pruned}. applied = 0 means the hash does
--- not exist and the customer must pass admission first; nothing was written.
-local key, field, ttl, cap = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3])
+-- ARGV[5]  the attempt's 8-byte digest, or '' for none
+-- Returns {code, net count, pruned}, where code is
+--   1  applied;
+--   0  the hash does not exist and the customer must pass admission first;
+--   2  a repeat of a remembered attempt: the net count is the combo's current
+--      count (0 when absent);
+--  -1  a value under the key is not one this service writes.
+-- Codes other than 1 mean nothing was written.
+local ATTEMPTS, DIGEST, REMEMBERED = ':a', 8, 8
+local key, field, ttl, cap, attempt = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[5]
 
-if ARGV[4] ~= '1' and redis.call('EXISTS', key) == 0 then
-  return {0, 0, 0}
+local function is_count(value)
+  return #value <= 20 and string.match(value, '^-?%d+$') ~= nil
 end
 
-local created = redis.call('HEXISTS', key, field) == 0
-local count = redis.call('HINCRBY', key, field, 1)
-redis.call('EXPIRE', key, ttl)
+local stored = redis.call('HMGET', key, ATTEMPTS, field)
+local attempts, current = stored[1], stored[2]
+if not attempts and not current and redis.call('EXISTS', key) == 0 then
+  if ARGV[4] ~= '1' then
+    return {0, 0, 0}
+  end
+end
 
-local pruned = 0
-if created then
-  local excess = redis.call('HLEN', key) - cap
+if attempts and (#attempts % DIGEST ~= 0 or #attempts > REMEMBERED * DIGEST) then
+  return {-1, 0, 0}
+end
+if current and not is_count(current) then
+  return {-1, 0, 0}
+end
+if attempt ~= '' and attempts then
+  for i = 1, #attempts, DIGEST do
+    if string.sub(attempts, i, i + DIGEST - 1) == attempt then
+      return {2, tonumber(current) or 0, 0}
+    end
+  end
+end
+
+-- The cap, chosen before any write: only a new field can push the hash past it.
+local victims = {}
+if not current then
+  local combos = redis.call('HLEN', key) - (attempts and 1 or 0)
+  local excess = combos + 1 - cap
   if excess > 0 then
     -- Lua's '<' on strings follows the server's locale (strcoll); the rule
     -- says bytewise, so compare bytes.
@@ -35,7 +68,10 @@ if created then
     local flat = redis.call('HGETALL', key)
     local others = {}
     for i = 1, #flat, 2 do
-      if flat[i] ~= field then
+      if flat[i] ~= ATTEMPTS then
+        if not is_count(flat[i + 1]) then
+          return {-1, 0, 0}
+        end
         others[#others + 1] = {flat[i], tonumber(flat[i + 1])}
       end
     end
@@ -44,10 +80,21 @@ if created then
       return bytes_less(a[1], b[1])
     end)
     for i = 1, excess do
-      redis.call('HDEL', key, others[i][1])
-      pruned = pruned + 1
+      victims[i] = others[i][1]
     end
   end
 end
 
-return {1, count, pruned}
+local count = redis.call('HINCRBY', key, field, 1)
+for i = 1, #victims do
+  redis.call('HDEL', key, victims[i])
+end
+if attempt ~= '' then
+  local remembered = (attempts or '') .. attempt
+  if #remembered > REMEMBERED * DIGEST then
+    remembered = string.sub(remembered, #remembered - REMEMBERED * DIGEST + 1)
+  end
+  redis.call('HSET', key, ATTEMPTS, remembered)
+end
+redis.call('EXPIRE', key, ttl)
+return {1, count, #victims}

@@ -41,6 +41,7 @@ fn test_settings(redis: &RedisServer) -> RedisSettings {
         tls: None,
         pool_size: 2,
         command_timeout: Duration::from_secs(1),
+        queue_limit: 1024,
     }
 }
 
@@ -54,6 +55,8 @@ fn customer_key(merchant: &str, customer: &str) -> CustomerKey {
 fn admission_key(merchant: &str) -> AdmissionKey {
     keys::admission_key(&MerchantId::parse(merchant).unwrap())
 }
+
+mod attempts;
 
 /// A store and an inspection client on one Redis, driven from sync proptest.
 struct Harness {
@@ -92,6 +95,17 @@ impl Harness {
 
     fn hash(&self, key: &str) -> HashMap<String, i64> {
         self.runtime.block_on(self.inspect.hgetall(key)).unwrap()
+    }
+
+    /// Every field and value as stored, bytes and all.
+    fn raw(&self, key: &str) -> HashMap<String, Vec<u8>> {
+        let flat: HashMap<String, fred::bytes::Bytes> =
+            self.runtime.block_on(self.inspect.hgetall(key)).unwrap();
+        flat.into_iter().map(|(f, v)| (f, v.to_vec())).collect()
+    }
+
+    fn ttl(&self, key: &str) -> i64 {
+        self.runtime.block_on(self.inspect.ttl(key)).unwrap()
     }
 
     fn arrange(&self, key: &str, fields: &HashMap<String, i64>) {
@@ -145,6 +159,7 @@ fn the_success_script_prunes_as_the_domain_does() {
                 ttl_secs: 100,
                 cap,
                 create: true,
+                attempt: None,
             };
             let reply = h
                 .runtime
@@ -193,7 +208,7 @@ fn the_failure_script_floors_as_the_domain_does() {
 
             let reply = h
                 .runtime
-                .block_on(h.store.write_failure(&key, &combo, 100, deadline()))
+                .block_on(h.store.write_failure(&key, &combo, 100, None, deadline()))
                 .unwrap();
 
             let effect = after_failure(count);

@@ -1,0 +1,208 @@
+//! Exactly-once feedback: which payment attempts a customer's hash remembers,
+//! so that a RecordOutcome sent again after a lost answer is not counted twice.
+//!
+//! The memory lives inside the customer's own hash, in one field that no combo
+//! can ever have ([`ATTEMPTS_FIELD`] starts with `:`, and a combo field starts
+//! with a non-empty payment method that holds no `:`). Keeping it there is
+//! what makes the check and the write one atomic script on one key: a
+//! recorded attempt never exists without its write, nor the other way round,
+//! and it works unchanged on Redis Cluster. It also dies with the hash: a
+//! TTL expiry, ForgetCustomer, or a failure that deletes the last combo takes
+//! the attempts with it.
+//!
+//! The field's value is the last [`REMEMBERED_ATTEMPTS`] attempts as 8-byte
+//! digests, oldest first: at most 64 bytes, so the hash stays
+//! listpack-encoded (`hash-max-listpack-value` 64). The digest is the first
+//! 8 bytes of SHA-1 over the attempt id; two different attempt ids of one
+//! customer collide with odds of about 7 in 2^64 per call.
+//!
+//! The scripts `record_success.lua` and `record_failure.lua` run this logic
+//! inside Redis; `src/storage/scripts/tests.rs` holds them equal to
+//! [`Remembered`].
+
+use sha1::{Digest, Sha1};
+
+use super::ids::InvalidInput;
+
+/// The hash field that holds the remembered attempts.
+pub const ATTEMPTS_FIELD: &str = ":a";
+
+/// How many attempts a customer's hash remembers: the current one and the 7
+/// before it, as the contract requires.
+pub const REMEMBERED_ATTEMPTS: usize = 8;
+
+/// Longest attempt id, in bytes, after trimming.
+pub const MAX_ATTEMPT_ID_BYTES: usize = 128;
+
+/// Bytes of one attempt's digest in the stored value.
+pub const DIGEST_BYTES: usize = 8;
+
+/// Whether a hash field is the service's own bookkeeping rather than a combo:
+/// reads skip it, and the cap never counts it.
+pub fn is_bookkeeping(field: &str) -> bool {
+    field.starts_with(':')
+}
+
+/// The orchestrator's id of one payment attempt: trimmed, case kept,
+/// 1..=128 bytes, no control characters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptId(String);
+
+impl AttemptId {
+    /// `None` when the caller sent none (empty after trimming): v1 behaviour,
+    /// no de-duplication.
+    pub fn parse(raw: &str) -> Result<Option<Self>, InvalidInput> {
+        let id = raw.trim();
+        if id.is_empty() {
+            return Ok(None);
+        }
+        if id.len() > MAX_ATTEMPT_ID_BYTES {
+            return Err(InvalidInput::new(
+                "attempt_id",
+                format!(
+                    "is {} bytes long; the limit is {MAX_ATTEMPT_ID_BYTES} bytes",
+                    id.len()
+                ),
+            ));
+        }
+        if id.chars().any(char::is_control) {
+            return Err(InvalidInput::new(
+                "attempt_id",
+                "must not contain control characters",
+            ));
+        }
+        Ok(Some(Self(id.to_owned())))
+    }
+
+    /// What the hash stores for this attempt.
+    pub fn digest(&self) -> AttemptDigest {
+        let sha = Sha1::digest(self.0.as_bytes());
+        let mut digest = [0; DIGEST_BYTES];
+        digest.copy_from_slice(&sha[..DIGEST_BYTES]);
+        AttemptDigest(digest)
+    }
+}
+
+/// The stored form of one attempt id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttemptDigest(pub [u8; DIGEST_BYTES]);
+
+/// The attempts one hash remembers, as stored: digests, oldest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Remembered(Vec<AttemptDigest>);
+
+impl Remembered {
+    /// Reads the stored value; `None` when it is not one this service writes.
+    pub fn decode(stored: &[u8]) -> Option<Self> {
+        if !stored.len().is_multiple_of(DIGEST_BYTES)
+            || stored.len() > REMEMBERED_ATTEMPTS * DIGEST_BYTES
+        {
+            return None;
+        }
+        Some(Self(
+            stored
+                .chunks_exact(DIGEST_BYTES)
+                .map(|chunk| {
+                    let mut digest = [0; DIGEST_BYTES];
+                    digest.copy_from_slice(chunk);
+                    AttemptDigest(digest)
+                })
+                .collect(),
+        ))
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        self.0.iter().flat_map(|digest| digest.0).collect()
+    }
+
+    pub fn contains(&self, attempt: AttemptDigest) -> bool {
+        self.0.contains(&attempt)
+    }
+
+    /// Remembers `attempt` as the newest, forgetting the oldest past the limit.
+    pub fn remember(&mut self, attempt: AttemptDigest) {
+        self.0.push(attempt);
+        if self.0.len() > REMEMBERED_ATTEMPTS {
+            self.0.remove(0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn digest(id: &str) -> AttemptDigest {
+        AttemptId::parse(id).unwrap().unwrap().digest()
+    }
+
+    #[test]
+    fn an_empty_attempt_id_means_none() {
+        assert_eq!(AttemptId::parse("").unwrap(), None);
+        assert_eq!(AttemptId::parse("  \t ").unwrap(), None);
+    }
+
+    #[test]
+    fn attempt_ids_are_trimmed_and_keep_their_case() {
+        assert_eq!(digest(" Pay_1 "), digest("Pay_1"));
+        assert_ne!(digest("pay_1"), digest("Pay_1"));
+    }
+
+    #[test]
+    fn bad_attempt_ids_are_rejected_by_name() {
+        for raw in ["a\u{0}b", "a\nb", &"x".repeat(129)] {
+            assert_eq!(AttemptId::parse(raw).unwrap_err().field, "attempt_id");
+        }
+        assert!(AttemptId::parse(&"x".repeat(128)).unwrap().is_some());
+    }
+
+    #[test]
+    fn the_digest_is_the_start_of_sha1() {
+        // SHA-1("abc") = a9993e36 4706816a ba3e2571 7850c26c 9cd0d89d
+        assert_eq!(
+            digest("abc").0,
+            [0xa9, 0x99, 0x3e, 0x36, 0x47, 0x06, 0x81, 0x6a]
+        );
+    }
+
+    #[test]
+    fn bookkeeping_fields_can_never_be_combos() {
+        assert!(is_bookkeeping(ATTEMPTS_FIELD));
+        assert!(!is_bookkeeping("INTERAC:RTP:GIGADAT"));
+    }
+
+    #[test]
+    fn the_stored_value_fits_a_listpack_entry() {
+        let mut remembered = Remembered::default();
+        for i in 0..20 {
+            remembered.remember(digest(&format!("a{i}")));
+        }
+        assert_eq!(remembered.encode().len(), 64);
+    }
+
+    #[test]
+    fn foreign_values_do_not_decode() {
+        assert_eq!(Remembered::decode(b"abc"), None);
+        assert_eq!(Remembered::decode(&[0; 72]), None);
+        assert_eq!(Remembered::decode(b""), Some(Remembered::default()));
+    }
+
+    proptest! {
+        #[test]
+        fn the_last_eight_attempts_are_remembered_and_older_ones_are_not(
+            ids in proptest::collection::hash_set("[a-z0-9]{1,12}", 1..30),
+        ) {
+            let ids: Vec<String> = ids.into_iter().collect();
+            let mut remembered = Remembered::default();
+            for id in &ids {
+                remembered.remember(digest(id));
+                remembered = Remembered::decode(&remembered.encode()).unwrap();
+            }
+            let cut = ids.len().saturating_sub(REMEMBERED_ATTEMPTS);
+            for (i, id) in ids.iter().enumerate() {
+                prop_assert_eq!(remembered.contains(digest(id)), i >= cut);
+            }
+        }
+    }
+}
