@@ -124,7 +124,7 @@ settings! {
     REDIS_TLS_KEY_FILE: PathBuf = About::new("redis_tls_key_file", Unset(""), "PEM client key (with the certificate)"), parse_path;
     REDIS_POOL_SIZE: usize = About::new("redis_pool_size", Cpus, "Redis connections, 1 to 1024"), |t| whole_number(t, 1, 1024);
     REDIS_TIMEOUT: Duration = About::new("redis_timeout", Text("250ms"), "upper bound for one Redis call"), parse_positive_duration;
-    REDIS_QUEUE_LIMIT: usize = About::new("redis_queue_limit", Text("1024"), "commands waiting per Redis connection before\ncalls are refused, 1 to 1000000"), |t| whole_number(t, 1, 1_000_000);
+    REDIS_QUEUE_LIMIT: usize = About::new("redis_queue_limit", Text("1024"), "Redis commands in flight per connection; past\nit calls are refused at once, 1 to 1000000"), |t| whole_number(t, 1, 1_000_000);
     KEY_TTL: Duration = About::new("key_ttl", Text("90d"), "sliding TTL of each customer hash, at least 1s"), parse_whole_seconds;
     MAX_COMBOS_PER_CUSTOMER: u32 = About::new("max_combos_per_customer", Text("30"), "combo cap per customer, 1 to 10000"), |t| whole_number(t, 1, 10_000);
     MAX_CUSTOMERS: u64 = About::new("max_customers", Text("1000000"), "new customers per merchant per window"), |t| whole_number(t, 0, u64::MAX);

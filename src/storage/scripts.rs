@@ -15,12 +15,9 @@
 use fred::clients::{Client, WithOptions};
 use fred::interfaces::ClientLike;
 use fred::prelude::{Error, FromValue, Value};
-use fred::types::CustomCommand;
-use fred::types::ClusterHash;
 use fred::types::scripts::Script;
-
-/// `EVALSHA sha 1 key args…`: on Cluster the slot is the key's, at offset 2.
-const KEY_OFFSET: usize = 2;
+use fred::types::{ClusterHash, CustomCommand};
+use fred::util::redis_keyslot;
 
 /// One script, with its SHA computed once at start-up.
 pub struct LuaScript {
@@ -43,16 +40,16 @@ impl LuaScript {
         key: &str,
         args: Vec<Value>,
     ) -> Result<R, Error> {
+        // A custom command's slot must be given outright: fred hashes the
+        // first string argument otherwise, which here is the script.
+        let slot = ClusterHash::Custom(redis_keyslot(key.as_bytes()));
         let command = |name: &'static str, script: &str| {
             let mut line = Vec::with_capacity(args.len() + 3);
             line.push(Value::from(script));
             line.push(Value::from(1));
             line.push(Value::from(key));
             line.extend(args.iter().cloned());
-            (
-                CustomCommand::new_static(name, ClusterHash::Offset(KEY_OFFSET), false),
-                line,
-            )
+            (CustomCommand::new_static(name, slot.clone(), false), line)
         };
         let (evalsha, line) = command("EVALSHA", self.script.sha1());
         match client.custom(evalsha, line).await {

@@ -25,8 +25,9 @@ pub struct RedisSettings {
     pub pool_size: usize,
     /// Upper bound for one Redis call; the caller's deadline may shorten it.
     pub command_timeout: Duration,
-    /// Commands that may wait for one connection; past it a call is refused
-    /// at once (nothing sent) rather than queued towards its deadline.
+    /// Commands in flight (queued, or awaiting a reply) per connection;
+    /// past it a call is refused at once (nothing sent) rather than queued
+    /// towards its deadline.
     pub queue_limit: usize,
 }
 

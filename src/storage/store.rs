@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use fred::clients::{Client, Pool, WithOptions};
 use fred::interfaces::{ClientLike, EventInterface, HashesInterface, KeysInterface};
 use fred::prelude::{Builder, Config, Error, Options, ReconnectPolicy, Value};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
@@ -31,6 +32,11 @@ pub struct RedisStore {
     pool: Pool,
     scripts: Arc<Scripts>,
     command_timeout: Duration,
+    /// One permit per command that may be in flight (queued, or sent and
+    /// awaiting its reply): `queue_limit` per connection. Past it a call is
+    /// refused at once, with nothing sent, instead of piling up behind a
+    /// slow or stalled Redis until its deadline.
+    in_flight: Arc<Semaphore>,
     /// Stops the store's background tasks: cancelled by [`Self::quit`], or
     /// when the last clone is dropped.
     stop: CancellationToken,
@@ -62,10 +68,12 @@ pub(crate) struct AdmissionRequest {
     pub budget: u64,
 }
 
-/// A client with this call's options, and what the call is.
+/// A client with this call's options, what the call is, and its place
+/// among the commands in flight (released when the call ends).
 struct Call {
     client: WithOptions<Client>,
     kind: CallKind,
+    _in_flight: OwnedSemaphorePermit,
 }
 
 impl Call {
@@ -125,10 +133,12 @@ impl RedisStore {
         // fred's own connection tasks run until `quit`; their handles are
         // not needed.
         drop(pool.connect_pool());
+        let in_flight = redis.queue_limit.saturating_mul(redis.pool_size);
         Ok(Self {
             pool,
             scripts: Arc::new(Scripts::new()),
             command_timeout: redis.command_timeout,
+            in_flight: Arc::new(Semaphore::new(in_flight.min(Semaphore::MAX_PERMITS))),
             _stop_on_drop: stop_on_drop,
             stop,
             connection_problem,
@@ -387,6 +397,14 @@ impl RedisStore {
         if remaining.is_zero() {
             return Err(StorageError::DeadlineExceeded);
         }
+        let permit =
+            self.in_flight
+                .clone()
+                .try_acquire_owned()
+                .map_err(|_| StorageError::Unavailable {
+                    why: NotApplied::QueueFull,
+                    detail: "every in-flight slot to Redis is taken".into(),
+                })?;
         let deadline_bound = remaining < self.command_timeout;
         let timeout = remaining.min(self.command_timeout);
         let options = Options {
@@ -395,7 +413,11 @@ impl RedisStore {
             max_attempts: Some(1),
             timeout: Some(timeout),
             // Not connected: answer at once, nothing sent, rather than queue
-            // the command until the connection is back.
+            // the command until the connection is back. fred also fails a
+            // fail-fast command in flight when its connection drops, instead
+            // of replaying it (`Command::should_finish_with_error`), so this
+            // and `max_attempts` each stop a resend; tests/api/faults.rs
+            // catches a build without both.
             fail_fast: true,
             ..Options::default()
         };
@@ -406,6 +428,7 @@ impl RedisStore {
                 deadline_bound,
                 timeout,
             },
+            _in_flight: permit,
         })
     }
 }

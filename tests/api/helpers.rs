@@ -152,7 +152,18 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
 
 pub async fn spawn_app_on(topology: Topology, configure: impl FnOnce(&mut Settings)) -> TestApp {
     let redis = TestRedis::start(topology);
-    let mut settings = test_settings_for(redis.url());
+    let url = redis.url();
+    spawn_app_against(redis, url, configure).await
+}
+
+/// The service against `redis`, reached at `url` (which may be a proxy in
+/// front of it); the test's inspection client talks to `redis` directly.
+pub async fn spawn_app_against(
+    redis: TestRedis,
+    url: String,
+    configure: impl FnOnce(&mut Settings),
+) -> TestApp {
+    let mut settings = test_settings_for(url);
     configure(&mut settings);
     let app = Application::build(settings.clone())
         .await

@@ -9,6 +9,8 @@ mod bad_input;
 mod concurrency;
 mod exactly_once;
 mod failover;
+mod fault_proxy;
+mod faults;
 mod get_pin;
 mod habits;
 mod health;
