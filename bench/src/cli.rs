@@ -27,6 +27,13 @@ pub struct WorkloadArgs {
     /// Share of GetPin calls in `--call mix`.
     #[arg(long, default_value_t = 0.5)]
     pub pin_ratio: f64,
+    /// RecordOutcome calls carry an `attempt_id` (exactly-once feedback).
+    #[arg(long)]
+    pub attempt_ids: bool,
+    /// With `--attempt-ids`: share of RecordOutcome calls that retry an
+    /// attempt already sent, as an orchestrator does after a lost answer.
+    #[arg(long, default_value_t = 0.1)]
+    pub retry_ratio: f64,
 }
 
 impl WorkloadArgs {
@@ -35,6 +42,8 @@ impl WorkloadArgs {
             call,
             pin_ratio: self.pin_ratio.clamp(0.0, 1.0),
             failure_ratio: self.failure_ratio.clamp(0.0, 1.0),
+            attempt_ids: self.attempt_ids,
+            retry_ratio: self.retry_ratio.clamp(0.0, 1.0),
             keys: KeySpace {
                 merchants: self.merchants,
                 customers: self.customers,

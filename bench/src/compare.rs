@@ -98,6 +98,19 @@ impl Bench {
         self.timed(target, generator, rate).await
     }
 
+    /// The service's RecordOutcome with attempt ids on every call and
+    /// `--retry-ratio` of them repeats: what de-duplication costs.
+    async fn measure_with_attempt_ids(&self) -> Result<run::RunResult, BoxError> {
+        let mut workload = self.spec.workload.workload(CallKind::Record);
+        workload.attempt_ids = true;
+        let generator = Arc::new(Generator::new(workload)?);
+        if !self.spec.warmup.is_zero() {
+            let spec = self.run_spec(self.spec.warmup, None, 7);
+            run::run(&self.service, Arc::clone(&generator), spec).await?;
+        }
+        self.timed(&self.service, generator, None).await
+    }
+
     /// A service run with the Redis counters read around it (after the
     /// warm-up, so only measured calls are counted).
     async fn measure_service(
@@ -206,9 +219,24 @@ pub async fn compare(mut spec: CompareSpec) -> Result<Comparison, BoxError> {
         let (result, trips) = bench.measure_service(call, None).await?;
         let service = Report::new(format!("service {name}"), &result);
         let vs_noop = service.rps / noop.rps.max(1e-9);
+        let deduplicated = if call == CallKind::Record {
+            eprintln!("{name}: service with attempt ids");
+            let with_ids = Report::new(
+                format!(
+                    "service {name}, attempt ids ({:.0}% retries)",
+                    spec.workload.retry_ratio * 100.0
+                ),
+                &bench.measure_with_attempt_ids().await?,
+            );
+            let ratio = with_ids.rps / service.rps.max(1e-9);
+            Some((with_ids, format!("{ratio:.2}× without attempt ids")))
+        } else {
+            None
+        };
         if spec.quick {
             runs.push((noop, "floor".to_owned()));
             runs.push((service, format!("{vs_noop:.2}× no-op")));
+            runs.extend(deduplicated);
             round_trips.push(trips);
             continue;
         }
@@ -260,6 +288,7 @@ pub async fn compare(mut spec: CompareSpec) -> Result<Comparison, BoxError> {
             service,
             format!("{vs_noop:.2}× no-op, {vs_store:.2}× redis"),
         ));
+        let store_row = runs.len();
         runs.push((store, "floor".to_owned()));
         if call == CallKind::Record {
             eprintln!("{name}: storage floor with MULTI");
@@ -267,8 +296,9 @@ pub async fn compare(mut spec: CompareSpec) -> Result<Comparison, BoxError> {
                 format!("redis {name} as MULTI (fred, no gRPC)"),
                 &bench.measure(&bench.multi, call, None).await?,
             );
-            let ratio = multi.rps / runs[2].0.rps.max(1e-9);
+            let ratio = multi.rps / runs[store_row].0.rps.max(1e-9);
             runs.push((multi, format!("{ratio:.2}× EVALSHA")));
+            runs.extend(deduplicated);
         }
         let late = format!("open loop, {} late", half.late);
         runs.push((half, late));

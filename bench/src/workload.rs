@@ -41,6 +41,14 @@ pub struct Workload {
     pub pin_ratio: f64,
     /// Share of RecordOutcome calls that report a gateway failure.
     pub failure_ratio: f64,
+    /// Whether RecordOutcome calls carry an `attempt_id`, as orchestrators
+    /// that retry send them.
+    pub attempt_ids: bool,
+    /// With attempt ids: the share of RecordOutcome calls that repeat an
+    /// attempt (`retry-{customer}-{combo}`, so all but the first of them
+    /// answer DUPLICATE while the customer remembers it); the rest carry a
+    /// fresh random id.
+    pub retry_ratio: f64,
     pub keys: KeySpace,
 }
 
@@ -104,7 +112,15 @@ impl Generator {
             Call::Pin(self.pin(customer, combo))
         } else {
             let failed = rng.random_bool(self.workload.failure_ratio);
-            Call::Record(self.record(customer, combo, failed))
+            let mut record = self.record(customer, combo, failed);
+            if self.workload.attempt_ids {
+                record.attempt_id = if rng.random_bool(self.workload.retry_ratio) {
+                    format!("retry-{customer}-{combo}")
+                } else {
+                    format!("a{:016x}", rng.random::<u64>())
+                };
+            }
+            Call::Record(record)
         }
     }
 
@@ -183,6 +199,8 @@ mod tests {
             call,
             pin_ratio: 0.5,
             failure_ratio: 0.0,
+            attempt_ids: false,
+            retry_ratio: 0.0,
             keys: KeySpace {
                 merchants: 3,
                 customers: 100,
@@ -217,6 +235,26 @@ mod tests {
             .filter(|_| matches!(generator.next(&mut rng), Call::Pin(_)))
             .count();
         assert!((350..650).contains(&pins), "{pins} pins in 1000");
+    }
+
+    #[test]
+    fn attempt_ids_are_fresh_except_for_retries() {
+        let mut w = workload(CallKind::Record, 0.0);
+        w.attempt_ids = true;
+        w.retry_ratio = 0.25;
+        let generator = Generator::new(w).unwrap();
+        let mut rng = SmallRng::seed_from_u64(7);
+        let ids: Vec<String> = (0..1000)
+            .map(|_| match generator.next(&mut rng) {
+                Call::Record(r) => r.attempt_id,
+                Call::Pin(_) => unreachable!("record only"),
+            })
+            .collect();
+        let retries = ids.iter().filter(|id| id.starts_with("retry-")).count();
+        assert!((180..320).contains(&retries), "{retries} retries in 1000");
+        let fresh: std::collections::HashSet<_> =
+            ids.iter().filter(|id| id.starts_with('a')).collect();
+        assert_eq!(fresh.len(), 1000 - retries, "fresh ids repeat");
     }
 
     #[test]

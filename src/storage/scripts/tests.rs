@@ -24,7 +24,9 @@ use crate::domain::counts::{Recorded, after_failure};
 use crate::domain::ids::{Connector, CustomerId, MerchantId, PaymentMethod, PaymentMethodType};
 use crate::domain::keys::{self, AdmissionKey, CustomerKey};
 use crate::domain::prune::fields_to_prune;
-use crate::storage::{AdmissionRequest, RedisSettings, RedisStore, Secret, SuccessWrite};
+use crate::storage::{
+    AdmissionRequest, RedisSettings, RedisStore, Secret, StorageError, SuccessWrite,
+};
 
 #[path = "../../../tests/api/redis_server.rs"]
 #[allow(dead_code, reason = "the harness serves the integration tests too")]
@@ -280,4 +282,46 @@ fn the_admission_script_decides_as_the_domain_does() {
             Ok(())
         })
         .unwrap();
+}
+
+/// The number of commands Redis has run, from `INFO stats`.
+fn commands_processed(h: &Harness) -> u64 {
+    let info: String = h
+        .runtime
+        .block_on(fred::prelude::ClientLike::info(
+            &h.inspect,
+            Some(fred::types::InfoKind::Stats),
+        ))
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("total_commands_processed:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_call_whose_deadline_has_passed_is_never_sent() {
+    let h = Harness::new();
+    let key = customer_key("m", "late");
+    let passed = Instant::now() - Duration::from_millis(1);
+    let before = commands_processed(&h);
+    let write = SuccessWrite {
+        field: "INTERAC:RTP:X",
+        ttl_secs: 100,
+        cap: 30,
+        create: true,
+        attempt: None,
+    };
+    let result = h
+        .runtime
+        .block_on(h.store.write_success(&key, write, passed));
+    assert!(
+        matches!(result, Err(StorageError::DeadlineExceeded)),
+        "{result:?}"
+    );
+    // Only this INFO itself ran.
+    assert_eq!(commands_processed(&h), before + 1);
+    assert!(h.hash(&key).is_empty());
 }
