@@ -2,12 +2,8 @@
 //! Redis, and calls fail fast (UNAVAILABLE / DEADLINE_EXCEEDED) while Redis is
 //! down or frozen, then recover without a restart.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use sticky_routing::transport::pb;
 use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
 use tonic::{Code, Status};
@@ -22,21 +18,6 @@ async fn timed<T>(call: impl Future<Output = Result<T, Status>>) -> (Result<T, S
         .await
         .expect("the call hung");
     (result, started.elapsed())
-}
-
-/// A client of the API that sends `grpc-timeout` as given but never enforces
-/// it: tonic's `Channel` times every call from that header itself, so its
-/// own expiry would hide whether the server honoured the deadline.
-fn deadline_blind_api(
-    addr: SocketAddr,
-) -> StickyRoutingClient<Client<HttpConnector, tonic::body::Body>> {
-    // As gRPC clients do: otherwise Nagle holds the body back ~40 ms.
-    let mut tcp = HttpConnector::new();
-    tcp.set_nodelay(true);
-    let http2 = Client::builder(TokioExecutor::new())
-        .http2_only(true)
-        .build(tcp);
-    StickyRoutingClient::with_origin(http2, format!("http://{addr}").parse().unwrap())
 }
 
 /// Asserts a failed call with one of `codes`, answered within `limit`.
@@ -123,11 +104,7 @@ async fn a_frozen_redis_never_hangs_a_call_nor_answers_a_pin() {
 
     // Only the server enforces this deadline: the client would wait 10 s.
     let deadline = Duration::from_millis(200);
-    let mut request = tonic::Request::new(pin_request("c1", &[]));
-    let header = format!("{}m", deadline.as_millis());
-    request
-        .metadata_mut()
-        .insert("grpc-timeout", header.parse().unwrap());
+    let request = with_deadline(pin_request("c1", &[]), deadline);
     let (result, took) = timed(deadline_blind_api(app.addr).get_pin(request)).await;
     let status = result.expect_err("GetPin with a 200ms deadline succeeded on a frozen redis");
     assert_eq!(

@@ -11,6 +11,9 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use fred::prelude::{Builder, Client, ClientLike, Config, KeysInterface};
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
 use sticky_routing::config::Settings;
 use sticky_routing::startup::{Application, StartupError};
 use sticky_routing::storage::Secret;
@@ -388,6 +391,34 @@ pub fn service_binary(vars: &[(&str, String)]) -> tokio::process::Command {
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);
     command
+}
+
+/// An API client over a plain HTTP/2 connection; see [`deadline_blind_api`].
+pub type DeadlineBlindApi = StickyRoutingClient<HttpClient<HttpConnector, tonic::body::Body>>;
+
+/// A client of the API that sends `grpc-timeout` as given but never enforces
+/// it: tonic's `Channel` times every call from that header itself, so its
+/// own expiry would hide whether the server honoured the deadline.
+pub fn deadline_blind_api(addr: SocketAddr) -> DeadlineBlindApi {
+    // As gRPC clients do: otherwise Nagle holds the body back ~40 ms.
+    let mut tcp = HttpConnector::new();
+    tcp.set_nodelay(true);
+    let http2 = HttpClient::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build(tcp);
+    StickyRoutingClient::with_origin(http2, format!("http://{addr}").parse().unwrap())
+}
+
+/// `message` with a `grpc-timeout` of `deadline` (whole milliseconds), set
+/// as metadata so that only the server enforces it (with
+/// [`deadline_blind_api`]).
+pub fn with_deadline<T>(message: T, deadline: Duration) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    let header = format!("{}m", deadline.as_millis());
+    request
+        .metadata_mut()
+        .insert("grpc-timeout", header.parse().unwrap());
+    request
 }
 
 pub fn outcome(

@@ -3,24 +3,39 @@
 //! Cluster shard gets traffic), and count, per customer, the increments the
 //! service acknowledged. Comparing those with Redis afterwards tells how many
 //! acknowledged increments a failover lost.
+//!
+//! Each call carries a 1 s `grpc-timeout` that only the server enforces, so
+//! every failure is the server's own answer, kept with its code for the
+//! caller to judge; a call the server leaves unanswered fails the test.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use sticky_routing::transport::pb;
-use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
 use tokio::sync::watch;
-use tonic::transport::Channel;
+use tonic::{Code, Response, Status};
 
-use crate::helpers::{APPLIED, TestApp, outcome, pin_request};
+use crate::helpers::{APPLIED, DeadlineBlindApi, TestApp, outcome, pin_request, with_deadline};
+
+/// The deadline each call sends.
+const CALL_DEADLINE: Duration = Duration::from_secs(1);
+/// How long past its deadline a call may go unanswered before the test
+/// calls it hung: the server must answer by the deadline.
+const HUNG_AFTER: Duration = Duration::from_secs(2);
+
+/// One failed call: when it ended, which RPC, and the server's code.
+#[derive(Debug, Clone, Copy)]
+pub struct Failure {
+    pub at: Instant,
+    pub rpc: &'static str,
+    pub code: Code,
+}
 
 /// What the workers saw.
 #[derive(Debug, Default)]
 pub struct LoadReport {
     pub ok: u64,
-    pub failed: u64,
-    /// When each failed call ended.
-    pub failures_at: Vec<Instant>,
+    pub failures: Vec<Failure>,
     /// When each successful call ended.
     pub successes_at: Vec<Instant>,
     /// Customer index → increments the service acknowledged (APPLIED).
@@ -31,10 +46,18 @@ pub struct LoadReport {
 }
 
 impl LoadReport {
+    /// Counts a call that failed just now.
+    fn failed(&mut self, rpc: &'static str, status: &Status) {
+        self.failures.push(Failure {
+            at: Instant::now(),
+            rpc,
+            code: status.code(),
+        });
+    }
+
     fn merge(&mut self, other: Self) {
         self.ok += other.ok;
-        self.failed += other.failed;
-        self.failures_at.extend(other.failures_at);
+        self.failures.extend(other.failures);
         self.successes_at.extend(other.successes_at);
         for (customer, n) in other.acked {
             *self.acked.entry(customer).or_default() += n;
@@ -64,7 +87,7 @@ pub async fn seed(app: &TestApp, customers: usize) -> LoadReport {
 /// Runs `workers` workers over `customers` customers until `stop` turns
 /// true. Every other call is a GetPin.
 pub async fn drive(
-    api: StickyRoutingClient<Channel>,
+    api: DeadlineBlindApi,
     workers: usize,
     customers: usize,
     stop: watch::Receiver<bool>,
@@ -84,7 +107,7 @@ pub async fn drive(
 }
 
 async fn worker(
-    mut api: StickyRoutingClient<Channel>,
+    mut api: DeadlineBlindApi,
     index: usize,
     workers: usize,
     customers: usize,
@@ -95,34 +118,40 @@ async fn worker(
     while !*stop.borrow() {
         let i = next % customers;
         next += workers;
-        let mut write =
-            tonic::Request::new(outcome("m1", &customer(i), "GIGADAT", pb::Outcome::Success));
-        write.set_timeout(Duration::from_secs(1));
-        match api.record_outcome(write).await {
+        let write = with_deadline(
+            outcome("m1", &customer(i), "GIGADAT", pb::Outcome::Success),
+            CALL_DEADLINE,
+        );
+        match answered("RecordOutcome", api.record_outcome(write)).await {
             Ok(reply) if reply.get_ref().result == APPLIED => {
                 report.ok += 1;
                 report.successes_at.push(Instant::now());
                 *report.acked.entry(i).or_default() += 1;
             }
             Ok(reply) => panic!("an existing customer's success was {reply:?}"),
-            Err(_) => {
-                report.failed += 1;
-                report.failures_at.push(Instant::now());
+            Err(status) => {
+                report.failed("RecordOutcome", &status);
                 *report.unknown.entry(i).or_default() += 1;
             }
         }
-        let mut read = tonic::Request::new(pin_request(&customer(i), &[]));
-        read.set_timeout(Duration::from_secs(1));
-        match api.get_pin(read).await {
+        let read = with_deadline(pin_request(&customer(i), &[]), CALL_DEADLINE);
+        match answered("GetPin", api.get_pin(read)).await {
             Ok(_) => {
                 report.ok += 1;
                 report.successes_at.push(Instant::now());
             }
-            Err(_) => {
-                report.failed += 1;
-                report.failures_at.push(Instant::now());
-            }
+            Err(status) => report.failed("GetPin", &status),
         }
     }
     report
+}
+
+/// The server's answer to `call`; panics if it never comes.
+async fn answered<T>(
+    rpc: &str,
+    call: impl Future<Output = Result<Response<T>, Status>>,
+) -> Result<Response<T>, Status> {
+    tokio::time::timeout(CALL_DEADLINE + HUNG_AFTER, call)
+        .await
+        .unwrap_or_else(|_| panic!("{rpc} was not answered by its {CALL_DEADLINE:?} deadline"))
 }
