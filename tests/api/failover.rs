@@ -27,6 +27,9 @@ const WORKERS: usize = 8;
 const RECOVERY: Duration = Duration::from_secs(5);
 /// How often promotion and traffic are polled: the figures' resolution.
 const POLL: Duration = Duration::from_millis(20);
+/// The scripts a call may run: each worker meets NOSCRIPT at most once per
+/// script on the promoted replica, since its fallback EVAL caches it again.
+const SCRIPTS: u64 = 3;
 
 /// The codes `rpc` may answer while Redis fails over.
 fn allowed_during_failover(rpc: &str) -> &'static [Code] {
@@ -105,15 +108,22 @@ async fn under_load(
     // A promoted replica never saw SCRIPT LOAD (Redis does not replicate
     // it): the service met NOSCRIPT there and reloaded by EVAL.
     let noscript = noscript_replies(heir);
+    let fallback_evals = eval_calls(heir);
     println!(
         "FAILOVER {name}: calls={} failed={} promotion_after={:?} service_on_new_primary_after_promotion={:?} \
          last_failure_after_promotion={:?} acked_increments={acked} lost_acked={lost} \
-         unacked_applied={extra} noscript_on_new_primary={noscript}",
+         unacked_applied={extra} noscript_on_new_primary={noscript} evals_on_new_primary={fallback_evals}",
         report.ok + report.failures.len() as u64,
         report.failures.len(),
         promoted_at - started,
         switched_at.saturating_duration_since(promoted_at),
         last_failure.map(|t| t.saturating_duration_since(promoted_at)),
+    );
+    assert!(
+        (1..=SCRIPTS * WORKERS as u64).contains(&noscript) && fallback_evals > 0,
+        "{name}: the new primary answered NOSCRIPT {noscript} times and ran {fallback_evals} \
+         EVALs; the fallback EVAL must run and cache each script again (at most one NOSCRIPT \
+         per worker and script)"
     );
     for failure in &report.failures {
         assert_allowed(name, failure, started);
@@ -176,6 +186,14 @@ fn noscript_replies(port: u16) -> u64 {
         .lines()
         .find_map(|line| line.strip_prefix("errorstat_NOSCRIPT:count="))
         .map_or(0, |count| count.trim().parse().unwrap())
+}
+
+/// How many EVALs `port` has run: the service sends EVAL only after NOSCRIPT.
+fn eval_calls(port: u16) -> u64 {
+    redis_cli(port, &["info", "commandstats"])
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_eval:calls="))
+        .map_or(0, |stats| stats.split(',').next().unwrap().parse().unwrap())
 }
 
 /// Compares what the service acknowledged with what Redis kept. Returns
