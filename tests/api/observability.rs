@@ -57,20 +57,46 @@ async fn metrics_count_outcomes_prunes_and_latency() {
     app.pin(pin_request("c2", &[])).await.unwrap();
 
     let text = scrape(&app).await;
-    for line in [
-        "sticky_routing_writes_total{outcome=\"applied\"} 2",
-        "sticky_routing_writes_total{outcome=\"no_habit\"} 1",
-        "sticky_routing_writes_total{outcome=\"not_admitted\"} 1",
-        "sticky_routing_writes_total{outcome=\"invalid\"} 1",
-        "sticky_routing_pins_total{outcome=\"pinned\"} 1",
-        "sticky_routing_pins_total{outcome=\"no_habit\"} 1",
-        "sticky_routing_pruned_fields_total 1",
-        "sticky_routing_rpc_duration_seconds_count{code=\"Ok\",rpc=\"RecordOutcome\"} 4",
-        "sticky_routing_rpc_duration_seconds_count{code=\"InvalidArgument\",rpc=\"RecordOutcome\"} 1",
-        "sticky_routing_rpc_duration_seconds_count{code=\"Ok\",rpc=\"GetPin\"} 2",
+    for (series, expected) in [
+        ("sticky_routing_writes_total{outcome=\"applied\"}", 2),
+        ("sticky_routing_writes_total{outcome=\"no_habit\"}", 1),
+        ("sticky_routing_writes_total{outcome=\"not_admitted\"}", 1),
+        ("sticky_routing_writes_total{outcome=\"invalid\"}", 1),
+        ("sticky_routing_pins_total{outcome=\"pinned\"}", 1),
+        ("sticky_routing_pins_total{outcome=\"no_habit\"}", 1),
+        ("sticky_routing_pruned_fields_total", 1),
+        (
+            "sticky_routing_rpc_duration_seconds_count{code=\"Ok\",rpc=\"RecordOutcome\"}",
+            4,
+        ),
+        (
+            "sticky_routing_rpc_duration_seconds_count{code=\"InvalidArgument\",rpc=\"RecordOutcome\"}",
+            1,
+        ),
+        (
+            "sticky_routing_rpc_duration_seconds_count{code=\"Ok\",rpc=\"GetPin\"}",
+            2,
+        ),
     ] {
-        assert!(text.contains(line), "missing `{line}` in:\n{text}");
+        assert_eq!(
+            sample(&text, series),
+            Some(expected as f64),
+            "`{series}` in:\n{text}"
+        );
     }
+}
+
+/// The value of `series` (name and labels, exactly as exposed) in a
+/// Prometheus text exposition; `None` when no line has it. The whole series
+/// must match and the value is compared as a number, so `… 2` does not
+/// pass for `… 20`.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| {
+            let (name, value) = line.rsplit_once(' ')?;
+            (name == series).then(|| value.parse().unwrap())
+        })
 }
 
 #[tokio::test]
