@@ -1,6 +1,7 @@
-//! Shutdown and start-up of the real binary: SIGTERM drains in-flight calls
-//! and exits 0, bad configuration stops it at start naming the variables, and
-//! the in-process drain returns Ok.
+//! Shutdown and start-up of the real binary: SIGTERM turns every health
+//! status NOT_SERVING, drains in-flight calls and exits 0, bad configuration
+//! stops it at start naming the variables, and the in-process drain returns
+//! Ok.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -8,9 +9,10 @@ use std::time::{Duration, Instant};
 use sticky_routing::transport::pb;
 use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
 use tokio::process::Child;
-use tonic::Code;
 use tonic::transport::Channel;
+use tonic::{Code, Streaming};
 use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
 use crate::helpers::*;
 
@@ -82,6 +84,55 @@ async fn sigterm_stops_the_binary_with_exit_code_0() {
         .unwrap();
     assert_eq!(recorded.into_inner().result, APPLIED);
     sigterm(&child);
+    assert_exits_cleanly(&mut child, Duration::from_secs(5)).await;
+}
+
+/// A health Watch of `service`, past its first answer, which must be SERVING.
+async fn watch_serving(
+    health: &HealthClient<Channel>,
+    service: &str,
+) -> Streaming<HealthCheckResponse> {
+    let request = HealthCheckRequest {
+        service: service.into(),
+    };
+    let mut watch = health.clone().watch(request).await.unwrap().into_inner();
+    let first = watch.message().await.unwrap().expect("a first status");
+    assert_eq!(first.status, SERVING, "{service:?} before SIGTERM");
+    watch
+}
+
+/// Reads `watch` until it reports NOT_SERVING, for at most 5 s.
+async fn until_not_serving(service: &str, watch: &mut Streaming<HealthCheckResponse>) {
+    let within = Duration::from_secs(5);
+    let reported = async {
+        while let Some(update) = watch.message().await.unwrap() {
+            if update.status == NOT_SERVING {
+                return;
+            }
+        }
+        panic!("the watch of {service:?} ended before NOT_SERVING");
+    };
+    tokio::time::timeout(within, reported)
+        .await
+        .unwrap_or_else(|_| panic!("{service:?} was not NOT_SERVING {within:?} after SIGTERM"));
+}
+
+/// Kubelet and linkerd stop sending traffic on NOT_SERVING, so the drain
+/// must report it for the process (`""`) and for the API while the process
+/// still runs. Redis stays up, so the API's status can only turn for the
+/// drain. The open Watch streams are in-flight calls: they hold the drain
+/// open, and the process exits once they are dropped.
+#[tokio::test]
+async fn sigterm_turns_every_health_status_not_serving_before_the_process_exits() {
+    let redis = RedisServer::start();
+    let (mut child, channel) = start_binary(&redis, &[]).await;
+    let health = HealthClient::new(channel);
+    let mut process = watch_serving(&health, "").await;
+    let mut api = watch_serving(&health, API).await;
+    sigterm(&child);
+    until_not_serving("", &mut process).await;
+    until_not_serving(API, &mut api).await;
+    drop((process, api));
     assert_exits_cleanly(&mut child, Duration::from_secs(5)).await;
 }
 
