@@ -55,19 +55,33 @@ async fn metrics_count_outcomes_prunes_and_latency() {
     .unwrap_err();
     app.pin(pin_request("c1", &[])).await.unwrap();
     app.pin(pin_request("c2", &[])).await.unwrap();
+    // A repeated attempt, and a pin whose only candidate is vetoed.
+    let attempt = sticky_routing::transport::pb::RecordOutcomeRequest {
+        attempt_id: "pay-1".into(),
+        ..outcome("m1", "c1", "B", sticky_routing::transport::pb::Outcome::Success)
+    };
+    app.record(attempt.clone()).await.unwrap();
+    app.record(attempt).await.unwrap();
+    let vetoed = sticky_routing::transport::pb::GetPinRequest {
+        connector_scores: [("B".to_owned(), 0.1), ("Z".to_owned(), 1.0)].into(),
+        ..pin_request("c1", &[])
+    };
+    assert!(!app.pin(vetoed).await.unwrap().pinned);
 
     let text = scrape(&app).await;
     for (series, expected) in [
-        ("sticky_routing_writes_total{outcome=\"applied\"}", 2),
+        ("sticky_routing_writes_total{outcome=\"applied\"}", 3),
+        ("sticky_routing_writes_total{outcome=\"duplicate\"}", 1),
         ("sticky_routing_writes_total{outcome=\"no_habit\"}", 1),
         ("sticky_routing_writes_total{outcome=\"not_admitted\"}", 1),
         ("sticky_routing_writes_total{outcome=\"invalid\"}", 1),
         ("sticky_routing_pins_total{outcome=\"pinned\"}", 1),
         ("sticky_routing_pins_total{outcome=\"no_habit\"}", 1),
+        ("sticky_routing_pins_total{outcome=\"vetoed\"}", 1),
         ("sticky_routing_pruned_fields_total", 1),
         (
             "sticky_routing_rpc_duration_seconds_count{code=\"Ok\",rpc=\"RecordOutcome\"}",
-            4,
+            6,
         ),
         (
             "sticky_routing_rpc_duration_seconds_count{code=\"InvalidArgument\",rpc=\"RecordOutcome\"}",
@@ -75,7 +89,7 @@ async fn metrics_count_outcomes_prunes_and_latency() {
         ),
         (
             "sticky_routing_rpc_duration_seconds_count{code=\"Ok\",rpc=\"GetPin\"}",
-            2,
+            3,
         ),
     ] {
         assert_eq!(

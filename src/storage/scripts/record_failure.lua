@@ -30,10 +30,13 @@ if current and not (#current <= 20 and string.match(current, '^-?%d+$')) then
   return {-1, 0}
 end
 if attempt ~= '' and attempts then
-  for i = 1, #attempts, DIGEST do
-    if string.sub(attempts, i, i + DIGEST - 1) == attempt then
-      return {2, tonumber(current) or 0}
-    end
+  -- A match counts only at a digest boundary.
+  local at = string.find(attempts, attempt, 1, true)
+  while at and at % DIGEST ~= 1 do
+    at = string.find(attempts, attempt, at + 1, true)
+  end
+  if at then
+    return {2, tonumber(current) or 0}
   end
 end
 if not current then
@@ -55,7 +58,7 @@ if redis.call('EXISTS', key) == 1 then
   if attempt ~= '' then
     local remembered = (attempts or '') .. attempt
     if #remembered > REMEMBERED * DIGEST then
-      remembered = string.sub(remembered, #remembered - REMEMBERED * DIGEST + 1)
+      remembered = string.sub(remembered, DIGEST + 1)
     end
     redis.call('HSET', key, ATTEMPTS, remembered)
   end

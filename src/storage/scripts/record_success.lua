@@ -29,10 +29,8 @@ end
 
 local stored = redis.call('HMGET', key, ATTEMPTS, field)
 local attempts, current = stored[1], stored[2]
-if not attempts and not current and redis.call('EXISTS', key) == 0 then
-  if ARGV[4] ~= '1' then
-    return {0, 0, 0}
-  end
+if not attempts and not current and ARGV[4] ~= '1' and redis.call('EXISTS', key) == 0 then
+  return {0, 0, 0}
 end
 
 if attempts and (#attempts % DIGEST ~= 0 or #attempts > REMEMBERED * DIGEST) then
@@ -42,10 +40,13 @@ if current and not is_count(current) then
   return {-1, 0, 0}
 end
 if attempt ~= '' and attempts then
-  for i = 1, #attempts, DIGEST do
-    if string.sub(attempts, i, i + DIGEST - 1) == attempt then
-      return {2, tonumber(current) or 0, 0}
-    end
+  -- A match counts only at a digest boundary.
+  local at = string.find(attempts, attempt, 1, true)
+  while at and at % DIGEST ~= 1 do
+    at = string.find(attempts, attempt, at + 1, true)
+  end
+  if at then
+    return {2, tonumber(current) or 0, 0}
   end
 end
 
@@ -85,16 +86,21 @@ if not current then
   end
 end
 
-local count = redis.call('HINCRBY', key, field, 1)
-for i = 1, #victims do
-  redis.call('HDEL', key, victims[i])
-end
-if attempt ~= '' then
+local count
+if attempt == '' then
+  count = redis.call('HINCRBY', key, field, 1)
+else
+  -- The count and the attempt in one command: the count was read (and
+  -- checked to be a whole number) above.
   local remembered = (attempts or '') .. attempt
   if #remembered > REMEMBERED * DIGEST then
-    remembered = string.sub(remembered, #remembered - REMEMBERED * DIGEST + 1)
+    remembered = string.sub(remembered, DIGEST + 1)
   end
-  redis.call('HSET', key, ATTEMPTS, remembered)
+  count = (tonumber(current) or 0) + 1
+  redis.call('HSET', key, field, string.format('%d', count), ATTEMPTS, remembered)
+end
+for i = 1, #victims do
+  redis.call('HDEL', key, victims[i])
 end
 redis.call('EXPIRE', key, ttl)
 return {1, count, #victims}
