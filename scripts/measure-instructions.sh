@@ -7,6 +7,7 @@
 #
 # usage: scripts/measure-instructions.sh [record|pin] [SERVICE_BINARY]
 #   default: record, target/release/sticky-routing
+#   LOAD_ARGS="--attempt-ids" adds sticky-load flags to the measured calls.
 # Prints the instructions for 4,000 calls over 1,000 existing customers
 # (5 merchants, 4 combos, after a fill), one worker thread, a pool of 1.
 set -euo pipefail
@@ -32,13 +33,14 @@ service_pid=$!
 trap 'kill -TERM $service_pid 2>/dev/null; wait $service_pid 2>/dev/null; kill $redis_pid 2>/dev/null; rm -rf "$dir"' EXIT
 
 args=(--call "$call" -c 4 --customers 1000 --merchants 5 "127.0.0.1:$grpc_port")
+read -r -a extra <<< "${LOAD_ARGS:-}"
 for _ in $(seq 1 240); do
   "$load" "${args[@]}" -n 1 >/dev/null 2>&1 && break
   sleep 0.5
 done
 "$load" "${args[@]}" -n 500 --fill >/dev/null
 callgrind_control -z "$service_pid" >/dev/null 2>&1
-"$load" "${args[@]}" -n "$calls" | grep -E "errors|\[OK\]" || true
+"$load" "${args[@]}" "${extra[@]}" -n "$calls" | grep -E "errors|\[OK\]" || true
 callgrind_control -d "$service_pid" >/dev/null 2>&1
 total=$(grep -E '^summary:' "$dir/callgrind.out.1" | awk '{print $2}')
 echo "$call: $total instructions for $calls calls ($((total / calls)) per call) in $service"

@@ -80,8 +80,16 @@ pub struct Scripts {
 impl Scripts {
     pub fn new() -> Self {
         Self {
-            record_success: LuaScript::new(include_str!("scripts/record_success.lua")),
-            record_failure: LuaScript::new(include_str!("scripts/record_failure.lua")),
+            // The attempt memory is shared Lua, put in front of each write
+            // script: a script sent to Redis cannot load another.
+            record_success: LuaScript::new(concat!(
+                include_str!("scripts/attempts.lua"),
+                include_str!("scripts/record_success.lua")
+            )),
+            record_failure: LuaScript::new(concat!(
+                include_str!("scripts/attempts.lua"),
+                include_str!("scripts/record_failure.lua")
+            )),
             admit: LuaScript::new(include_str!("scripts/admit.lua")),
         }
     }

@@ -178,30 +178,11 @@ async fn reads_the_cap_and_forget_never_see_the_attempts(#[case] topology: Topol
 
     let pin = app.pin(pin_request("c1", &[])).await.unwrap();
     assert_eq!(ranked(&pin), [("B", 1), ("C", 1)]);
-    let habits = app
-        .api
-        .clone()
-        .get_habits(pb::GetHabitsRequest {
-            merchant_id: "m1".into(),
-            customer_id: "c1".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let habits = app.habits("c1").await;
     let connectors: Vec<&str> = habits.habits.iter().map(|h| h.connector.as_str()).collect();
     assert_eq!(connectors, ["B", "C"]);
 
-    let forgot = app
-        .api
-        .clone()
-        .forget_customer(pb::ForgetCustomerRequest {
-            merchant_id: "m1".into(),
-            customer_id: "c1".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(forgot.existed);
+    assert!(app.forget("c1").await.existed);
     assert!(app.customer_keys().await.is_empty());
     // Forgotten attempts are new again.
     let again = app.record(success("A", "p1")).await.unwrap();

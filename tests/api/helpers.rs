@@ -244,6 +244,29 @@ impl TestApp {
             .map(tonic::Response::into_inner)
     }
 
+    /// GetHabits for `customer` of merchant `m1`.
+    pub async fn habits(&self, customer: &str) -> pb::GetHabitsResponse {
+        let req = pb::GetHabitsRequest {
+            merchant_id: "m1".into(),
+            customer_id: customer.into(),
+        };
+        self.api.clone().get_habits(req).await.unwrap().into_inner()
+    }
+
+    /// ForgetCustomer for `customer` of merchant `m1`.
+    pub async fn forget(&self, customer: &str) -> pb::ForgetCustomerResponse {
+        let req = pb::ForgetCustomerRequest {
+            merchant_id: "m1".into(),
+            customer_id: customer.into(),
+        };
+        self.api
+            .clone()
+            .forget_customer(req)
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
     /// A success for `customer` of merchant `m1` with INTERAC/RTP.
     pub async fn success(&self, customer: &str, connector: &str) -> pb::RecordOutcomeResponse {
         self.record(outcome("m1", customer, connector, pb::Outcome::Success))

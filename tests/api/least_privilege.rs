@@ -4,7 +4,6 @@
 
 use fred::prelude::Value;
 use rstest::rstest;
-use sticky_routing::transport::pb;
 
 use crate::helpers::*;
 
@@ -24,29 +23,11 @@ async fn every_rpc_works_within_the_documented_acl(#[case] topology: Topology) {
         app.pin(pin_request("c1", &[])).await.unwrap().connector,
         "GIGADAT"
     );
-    let habits = app
-        .api
-        .clone()
-        .get_habits(pb::GetHabitsRequest {
-            merchant_id: "m1".into(),
-            customer_id: "c1".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let habits = app.habits("c1").await;
     assert_eq!(habits.habits.len(), 1);
     app.failure("c1", "GIGADAT").await;
     app.success("c2", "PAYPAL").await;
-    let forgotten = app
-        .api
-        .clone()
-        .forget_customer(pb::ForgetCustomerRequest {
-            merchant_id: "m1".into(),
-            customer_id: "c2".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let forgotten = app.forget("c2").await;
     assert!(forgotten.existed);
 
     let clients: Vec<String> = app.on_every_primary("CLIENT", vec!["LIST"]).await;

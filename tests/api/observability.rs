@@ -58,7 +58,12 @@ async fn metrics_count_outcomes_prunes_and_latency() {
     // A repeated attempt, and a pin whose only candidate is vetoed.
     let attempt = sticky_routing::transport::pb::RecordOutcomeRequest {
         attempt_id: "pay-1".into(),
-        ..outcome("m1", "c1", "B", sticky_routing::transport::pb::Outcome::Success)
+        ..outcome(
+            "m1",
+            "c1",
+            "B",
+            sticky_routing::transport::pb::Outcome::Success,
+        )
     };
     app.record(attempt.clone()).await.unwrap();
     app.record(attempt).await.unwrap();

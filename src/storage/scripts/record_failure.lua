@@ -18,26 +18,20 @@
 --      count (0 when absent);
 --  -1  a value under the key is not one this service writes.
 -- Codes other than 1 mean nothing was written.
-local ATTEMPTS, DIGEST, REMEMBERED = ':a', 8, 8
+-- (attempts.lua comes first: ATTEMPTS, is_count, is_attempts, remembers,
+-- remember.)
 local key, field, attempt = KEYS[1], ARGV[1], ARGV[3]
 
 local stored = redis.call('HMGET', key, ATTEMPTS, field)
 local attempts, current = stored[1], stored[2]
-if attempts and (#attempts % DIGEST ~= 0 or #attempts > REMEMBERED * DIGEST) then
+if attempts and not is_attempts(attempts) then
   return {-1, 0}
 end
-if current and not (#current <= 20 and string.match(current, '^-?%d+$')) then
+if current and not is_count(current) then
   return {-1, 0}
 end
-if attempt ~= '' and attempts then
-  -- A match counts only at a digest boundary.
-  local at = string.find(attempts, attempt, 1, true)
-  while at and at % DIGEST ~= 1 do
-    at = string.find(attempts, attempt, at + 1, true)
-  end
-  if at then
-    return {2, tonumber(current) or 0}
-  end
+if attempt ~= '' and attempts and remembers(attempts, attempt) then
+  return {2, tonumber(current) or 0}
 end
 if not current then
   return {0, 0}
@@ -56,11 +50,7 @@ if attempts and redis.call('HLEN', key) == 1 then
 end
 if redis.call('EXISTS', key) == 1 then
   if attempt ~= '' then
-    local remembered = (attempts or '') .. attempt
-    if #remembered > REMEMBERED * DIGEST then
-      remembered = string.sub(remembered, DIGEST + 1)
-    end
-    redis.call('HSET', key, ATTEMPTS, remembered)
+    redis.call('HSET', key, ATTEMPTS, remember(attempts, attempt))
   end
   redis.call('EXPIRE', key, ARGV[2])
 end

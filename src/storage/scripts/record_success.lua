@@ -20,12 +20,9 @@
 --      count (0 when absent);
 --  -1  a value under the key is not one this service writes.
 -- Codes other than 1 mean nothing was written.
-local ATTEMPTS, DIGEST, REMEMBERED = ':a', 8, 8
+-- (attempts.lua comes first: ATTEMPTS, is_count, is_attempts, remembers,
+-- remember.)
 local key, field, ttl, cap, attempt = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[5]
-
-local function is_count(value)
-  return #value <= 20 and string.match(value, '^-?%d+$') ~= nil
-end
 
 local stored = redis.call('HMGET', key, ATTEMPTS, field)
 local attempts, current = stored[1], stored[2]
@@ -33,21 +30,14 @@ if not attempts and not current and ARGV[4] ~= '1' and redis.call('EXISTS', key)
   return {0, 0, 0}
 end
 
-if attempts and (#attempts % DIGEST ~= 0 or #attempts > REMEMBERED * DIGEST) then
+if attempts and not is_attempts(attempts) then
   return {-1, 0, 0}
 end
 if current and not is_count(current) then
   return {-1, 0, 0}
 end
-if attempt ~= '' and attempts then
-  -- A match counts only at a digest boundary.
-  local at = string.find(attempts, attempt, 1, true)
-  while at and at % DIGEST ~= 1 do
-    at = string.find(attempts, attempt, at + 1, true)
-  end
-  if at then
-    return {2, tonumber(current) or 0, 0}
-  end
+if attempt ~= '' and attempts and remembers(attempts, attempt) then
+  return {2, tonumber(current) or 0, 0}
 end
 
 -- The cap, chosen before any write: only a new field can push the hash past it.
@@ -92,12 +82,8 @@ if attempt == '' then
 else
   -- The count and the attempt in one command: the count was read (and
   -- checked to be a whole number) above.
-  local remembered = (attempts or '') .. attempt
-  if #remembered > REMEMBERED * DIGEST then
-    remembered = string.sub(remembered, DIGEST + 1)
-  end
   count = (tonumber(current) or 0) + 1
-  redis.call('HSET', key, field, string.format('%d', count), ATTEMPTS, remembered)
+  redis.call('HSET', key, field, string.format('%d', count), ATTEMPTS, remember(attempts, attempt))
 end
 for i = 1, #victims do
   redis.call('HDEL', key, victims[i])
