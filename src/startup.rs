@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::transport::Server;
 use tonic::transport::server::Router;
@@ -25,7 +26,7 @@ use crate::config::Settings;
 use crate::record;
 use crate::storage::{ConnectError, RedisStore, redact_url};
 use crate::telemetry::Metrics;
-use crate::transport::health::API_SERVICE;
+use crate::transport::health::{API_SERVICE, DrainingHealth};
 use crate::transport::pb::sticky_routing_server::StickyRoutingServer;
 use crate::transport::{StickyRoutingService, pb};
 
@@ -63,6 +64,8 @@ pub struct Application {
     /// The gRPC server with every service added.
     router: Router,
     health: HealthReporter,
+    /// Ends the health Watch streams once every status is NOT_SERVING.
+    watches_end: CancellationToken,
     store: RedisStore,
     metrics: Arc<Metrics>,
     /// Every background task of the running service, the store's included.
@@ -84,7 +87,9 @@ impl Application {
         };
         let reflection_v1 = reflection().build_v1()?;
         let reflection_v1alpha = reflection().build_v1alpha()?;
-        let (health, health_service) = tonic_health::server::health_reporter();
+        let health = HealthReporter::new();
+        let watches_end = CancellationToken::new();
+        let health_service = DrainingHealth::new(health.clone(), watches_end.clone());
         health
             .set_service_status(API_SERVICE, ServingStatus::NotServing)
             .await;
@@ -114,6 +119,7 @@ impl Application {
             metrics_addr,
             router,
             health,
+            watches_end,
             store,
             metrics,
             tasks,

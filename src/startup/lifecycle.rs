@@ -51,9 +51,15 @@ impl Application {
             drain.clone(),
         ));
         let incoming = TcpListenerStream::new(self.grpc_listener);
-        let server = self.router.serve_with_incoming_shutdown(incoming, async {
-            let _ = readiness.await;
-        });
+        let watches_end = self.watches_end;
+        let server = self
+            .router
+            .serve_with_incoming_shutdown(incoming, async move {
+                let _ = readiness.await;
+                // Watchers have seen NOT_SERVING; their streams must not hold
+                // the drain open.
+                watches_end.cancel();
+            });
         tokio::pin!(server);
 
         let result = tokio::select! {

@@ -120,8 +120,9 @@ async fn until_not_serving(service: &str, watch: &mut Streaming<HealthCheckRespo
 /// Kubelet and linkerd stop sending traffic on NOT_SERVING, so the drain
 /// must report it for the process (`""`) and for the API while the process
 /// still runs. Redis stays up, so the API's status can only turn for the
-/// drain. The open Watch streams are in-flight calls: they hold the drain
-/// open, and the process exits once they are dropped.
+/// drain. The open Watch streams are calls that never finish by themselves:
+/// once they have reported NOT_SERVING they must end cleanly, not hold the
+/// drain open until the grace period runs out.
 #[tokio::test]
 async fn sigterm_turns_every_health_status_not_serving_before_the_process_exits() {
     let redis = RedisServer::start();
@@ -132,8 +133,17 @@ async fn sigterm_turns_every_health_status_not_serving_before_the_process_exits(
     sigterm(&child);
     until_not_serving("", &mut process).await;
     until_not_serving(API, &mut api).await;
-    drop((process, api));
     assert_exits_cleanly(&mut child, Duration::from_secs(5)).await;
+    for (service, mut watch) in [("", process), (API, api)] {
+        let ended = async {
+            while let Some(update) = watch.message().await.unwrap() {
+                assert_eq!(update.status, NOT_SERVING, "{service:?} after the drain");
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(1), ended)
+            .await
+            .unwrap_or_else(|_| panic!("the watch of {service:?} did not end"));
+    }
 }
 
 #[tokio::test]
