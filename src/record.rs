@@ -42,7 +42,7 @@ pub struct RecordCommand {
 /// How long a call may take when its caller sets no shorter deadline: one
 /// Redis timeout for each call the longest flow makes, and one to spare.
 pub fn call_ceiling(redis_command_timeout: Duration) -> Duration {
-    redis_command_timeout * (MOST_REDIS_CALLS + 1)
+    redis_command_timeout.saturating_mul(MOST_REDIS_CALLS + 1)
 }
 
 /// Applies one outcome under `rules`, answering by `deadline`.

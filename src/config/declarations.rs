@@ -123,7 +123,7 @@ settings! {
     REDIS_TLS_CERT_FILE: PathBuf = About::new("redis_tls_cert_file", Unset(""), "PEM client certificate (with the key)"), parse_path;
     REDIS_TLS_KEY_FILE: PathBuf = About::new("redis_tls_key_file", Unset(""), "PEM client key (with the certificate)"), parse_path;
     REDIS_POOL_SIZE: usize = About::new("redis_pool_size", Cpus, "Redis connections, 1 to 1024"), |t| whole_number(t, 1, 1024);
-    REDIS_TIMEOUT: Duration = About::new("redis_timeout", Text("250ms"), "upper bound for one Redis call"), parse_positive_duration;
+    REDIS_TIMEOUT: Duration = About::new("redis_timeout", Text("250ms"), "upper bound for one Redis call, up to 60s"), parse_redis_timeout;
     REDIS_QUEUE_LIMIT: usize = About::new("redis_queue_limit", Text("1024"), "Redis commands in flight per connection; past\nit calls are refused at once, 1 to 1000000"), |t| whole_number(t, 1, 1_000_000);
     KEY_TTL: Duration = About::new("key_ttl", Text("90d"), "sliding TTL of each customer hash, at least 1s"), parse_whole_seconds;
     MAX_COMBOS_PER_CUSTOMER: u32 = About::new("max_combos_per_customer", Text("30"), "combo cap per customer, 1 to 10000"), |t| whole_number(t, 1, 10_000);
@@ -198,6 +198,20 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 fn parse_positive_duration(text: &str) -> Result<Duration, String> {
     match parse_duration(text)? {
         d if d.is_zero() => Err("must be greater than 0".into()),
+        d => Ok(d),
+    }
+}
+
+/// The longest `REDIS_TIMEOUT`: a payment's hot path never waits a minute
+/// for one Redis call, and the bound keeps every deadline sum finite.
+const MAX_REDIS_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn parse_redis_timeout(text: &str) -> Result<Duration, String> {
+    match parse_positive_duration(text)? {
+        d if d > MAX_REDIS_TIMEOUT => Err(format!(
+            "`{text}` is longer than {}s",
+            MAX_REDIS_TIMEOUT.as_secs()
+        )),
         d => Ok(d),
     }
 }

@@ -75,11 +75,13 @@ fn every_bad_value_is_reported_by_name_at_once() {
             ("STICKY_ROUTING_MAX_CUSTOMERS_m1", "-1"),
             ("STICKY_ROUTING_REDIS_URL", "http://x"),
             ("STICKY_ROUTING_MIN_PIN_COUNT", "0"),
+            ("STICKY_ROUTING_REDIS_TIMEOUT", "1000000d"),
         ]),
     )
     .unwrap_err();
     let text = err.to_string();
     for name in [
+        "STICKY_ROUTING_REDIS_TIMEOUT",
         "STICKY_ROUTING_KEY_TTL",
         "STICKY_ROUTING_LISTEN_ADDR",
         "STICKY_ROUTING_MAX_COMBOS_PER_CUSTOMER",
@@ -89,7 +91,18 @@ fn every_bad_value_is_reported_by_name_at_once() {
     ] {
         assert!(text.contains(name), "{name} missing from:\n{text}");
     }
-    assert_eq!(err.problems.len(), 6, "{text}");
+    assert_eq!(err.problems.len(), 7, "{text}");
+}
+
+#[test]
+fn the_redis_timeout_is_bounded_at_a_minute() {
+    let timeout = |text: &str| {
+        Settings::load(None, &env(&[("STICKY_ROUTING_REDIS_TIMEOUT", text)]))
+            .map(|s| s.redis.command_timeout)
+    };
+    assert_eq!(timeout("60s").unwrap(), Duration::from_secs(60));
+    assert!(timeout("61s").is_err());
+    assert!(timeout("0").is_err());
 }
 
 #[test]

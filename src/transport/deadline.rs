@@ -23,7 +23,11 @@ pub fn deadline_of(metadata: &MetadataMap, ceiling: Duration) -> Instant {
         .and_then(|v| v.to_str().ok())
         .and_then(parse_grpc_timeout)
         .map_or(ceiling, |d| (d - (d / 10).min(MAX_MARGIN)).min(ceiling));
-    Instant::now() + budget
+    let now = Instant::now();
+    // No budget this service sets can overflow, but an `Instant` sum that
+    // did would panic inside a request: fall back on a day.
+    now.checked_add(budget)
+        .unwrap_or_else(|| now + Duration::from_secs(86_400))
 }
 
 /// Parses `TimeoutValue TimeoutUnit`: at most 8 digits and one of H M S m u n.
@@ -80,5 +84,14 @@ mod tests {
             "a margin before the caller's"
         );
         assert!(deadline >= before + Duration::from_millis(9));
+    }
+
+    #[test]
+    fn a_huge_ceiling_or_timeout_never_overflows() {
+        let mut metadata = MetadataMap::new();
+        assert!(deadline_of(&metadata, Duration::MAX) > Instant::now());
+        metadata.insert("grpc-timeout", "99999999H".parse().unwrap());
+        assert!(deadline_of(&metadata, Duration::MAX) > Instant::now());
+        assert_eq!(crate::record::call_ceiling(Duration::MAX), Duration::MAX);
     }
 }
