@@ -47,6 +47,11 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// In-flight calls beyond this are shed with `RESOURCE_EXHAUSTED`.
     pub max_in_flight_per_connection: usize,
+    /// A connection older than this (±10 % per process) gets GOAWAY, so
+    /// that clients reconnect and spread over pods added since.
+    pub max_connection_age: Duration,
+    /// How long a connection past its age may finish its calls.
+    pub max_connection_age_grace: Duration,
     /// Tokio worker threads. One per CPU by default; where the service
     /// shares a small machine with Redis, fewer win (bench/README.md).
     pub worker_threads: usize,

@@ -106,6 +106,8 @@ impl Application {
             record::call_ceiling(settings.redis.command_timeout),
         );
         let router = grpc_server(settings.max_in_flight_per_connection)
+            .max_connection_age(jittered(settings.max_connection_age))
+            .max_connection_age_grace(settings.max_connection_age_grace)
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
@@ -171,10 +173,45 @@ pub fn grpc_server(max_in_flight_per_connection: usize) -> Server {
         .load_shed(true)
 }
 
+/// `age` moved by up to ±10 %, once per process: pods started together do
+/// not all send GOAWAY at the same moment. (tonic takes one age for every
+/// connection of a server, so the spread is across pods; connections of one
+/// pod are spread by when they were opened.)
+fn jittered(age: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    // A random number from the standard library's per-process hash keys.
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    // 9,000 to 11,000 ten-thousandths: 0.9 to 1.1.
+    let per_ten_thousand = 9_000 + u32::try_from(random % 2_001).unwrap_or(1_000);
+    age.saturating_mul(per_ten_thousand) / 10_000
+}
+
 /// Binds `addr`, returning the listener and the address it really got.
 async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartupError> {
     let error = |source| StartupError::Bind { addr, source };
     let listener = TcpListener::bind(addr).await.map_err(error)?;
     let bound = listener.local_addr().map_err(error)?;
     Ok((listener, bound))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_connection_age_moves_by_at_most_ten_percent() {
+        let age = Duration::from_secs(300);
+        let ages: Vec<Duration> = (0..200).map(|_| jittered(age)).collect();
+        assert!(
+            ages.iter()
+                .all(|a| *a >= age * 9 / 10 && *a <= age * 11 / 10)
+        );
+        assert!(ages.iter().any(|a| *a != ages[0]), "no jitter at all");
+        assert!(
+            jittered(Duration::MAX) > Duration::from_secs(1),
+            "saturates, never panics"
+        );
+    }
 }

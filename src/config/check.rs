@@ -36,6 +36,8 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
     let min_score_ratio = c.value(&declared::MIN_SCORE_RATIO);
     let shutdown_grace = c.value(&declared::SHUTDOWN_GRACE);
     let max_in_flight_per_connection = c.value(&declared::MAX_IN_FLIGHT_PER_CONNECTION);
+    let max_connection_age = c.value(&declared::MAX_CONNECTION_AGE);
+    let max_connection_age_grace = c.value(&declared::MAX_CONNECTION_AGE_GRACE);
     let worker_threads = c.value(&declared::WORKER_THREADS);
     let settings = || -> Option<Settings> {
         Some(Settings {
@@ -55,6 +57,8 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
             },
             shutdown_grace: shutdown_grace?,
             max_in_flight_per_connection: max_in_flight_per_connection?,
+            max_connection_age: max_connection_age?,
+            max_connection_age_grace: max_connection_age_grace?,
             worker_threads: worker_threads?,
         })
     };

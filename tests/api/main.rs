@@ -7,6 +7,7 @@
 mod admission;
 mod bad_input;
 mod concurrency;
+mod connections;
 mod exactly_once;
 mod failover;
 mod fault_proxy;
