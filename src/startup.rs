@@ -158,6 +158,13 @@ async fn wait_for_redis(store: &RedisStore, redacted_url: &str) {
     }
 }
 
+/// The longest any call may take on the server, whatever its deadline says
+/// and however slowly its request body arrives: a client that opens streams
+/// and never finishes sending them cannot hold memory or concurrency slots
+/// for longer. The handlers' own bound (four Redis timeouts, 1 s by default)
+/// answers every call that did arrive well before it.
+pub const CALL_BOUND: Duration = Duration::from_secs(10);
+
 /// The gRPC server's transport settings. Public so that the benchmark's
 /// no-op floor runs with exactly the same ones.
 ///
@@ -166,6 +173,7 @@ async fn wait_for_redis(store: &RedisStore, redacted_url: &str) {
 pub fn grpc_server(max_in_flight_per_connection: usize) -> Server {
     let in_flight = u32::try_from(max_in_flight_per_connection).unwrap_or(u32::MAX);
     Server::builder()
+        .timeout(CALL_BOUND)
         .tcp_nodelay(true)
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .max_concurrent_streams(Some(in_flight))

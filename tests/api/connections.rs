@@ -1,6 +1,7 @@
-//! Connection lifetime: the server sends GOAWAY to a connection past its
-//! maximum age, idle or not, so that clients reconnect and spread over the
-//! pods an autoscaler added since they connected.
+//! Connections and streams the server must bound: a connection past its
+//! maximum age gets GOAWAY, idle or not, so that clients reconnect and spread
+//! over the pods an autoscaler added since they connected; a stream whose
+//! request never finishes arriving is ended.
 
 use std::time::{Duration, Instant};
 
@@ -29,4 +30,48 @@ async fn a_connection_past_its_age_gets_goaway_and_closes() {
     // within the grace.
     assert!(lived >= age * 9 / 10, "closed after {lived:?}");
     assert!(lived <= age * 11 / 10 + grace, "closed after {lived:?}");
+}
+
+/// A client that sends a request's headers and never its body must not hold
+/// a call open: the server ends it within its 10 s bound.
+#[tokio::test]
+async fn a_request_whose_body_never_arrives_is_ended_by_the_server() {
+    let app = spawn_app().await;
+    let tcp = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let mut client = client.ready().await.unwrap();
+    let request = http::Request::post(format!(
+        "http://{}/sticky_routing.v1.StickyRouting/GetPin",
+        app.addr
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(())
+    .unwrap();
+    let sent = Instant::now();
+    // Headers only: the body stream stays open, and nothing follows.
+    let (response, _body) = client.send_request(request, false).unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(15), async {
+        match response.await {
+            // An answer: it must be a gRPC error, in headers or trailers.
+            Ok(response) => {
+                let (parts, mut body) = response.into_parts();
+                let status = match parts.headers.get("grpc-status") {
+                    Some(status) => status.clone(),
+                    None => body.trailers().await.unwrap().unwrap()["grpc-status"].clone(),
+                };
+                assert_ne!(status, "0", "the call succeeded without a body");
+            }
+            // Or the stream is reset.
+            Err(error) => assert!(error.is_reset() || error.is_go_away(), "{error:?}"),
+        }
+    })
+    .await;
+    let took = sent.elapsed();
+    assert!(ended.is_ok(), "the server held the call for {took:?}");
+    assert!(
+        took >= Duration::from_secs(9),
+        "ended after {took:?}: not the bound"
+    );
 }
