@@ -141,6 +141,7 @@ impl StorageError {
                 not_applied(NotApplied::ReadFailed)
             }
         };
+        let code = error_code(error.details());
         match error.kind() {
             ErrorKind::Timeout if call.deadline_bound => Self::DeadlineExceeded,
             ErrorKind::Timeout => maybe_applied(NoAnswer::Timeout(call.timeout)),
@@ -149,33 +150,27 @@ impl StorageError {
                 not_applied(NotApplied::NoConnection)
             }
             ErrorKind::Auth => not_applied(NotApplied::Refused),
-            _ if is_refusal(error.details()) => not_applied(NotApplied::Refused),
+            _ if REFUSALS.contains(&code) => not_applied(NotApplied::Refused),
             ErrorKind::Parse | ErrorKind::InvalidArgument | ErrorKind::InvalidCommand => {
                 Self::Unexpected(detail)
             }
             // Any other error reply: a script error or WRONGTYPE, which stop
             // before the first write (the scripts check before they write).
-            ErrorKind::Unknown if is_error_reply(error) => Self::Unexpected(detail),
+            // Redis error codes are one upper-case word; fred's own words
+            // about a connection are not.
+            ErrorKind::Unknown
+                if !code.is_empty() && code.bytes().all(|b| b.is_ascii_uppercase()) =>
+            {
+                Self::Unexpected(detail)
+            }
             _ => maybe_applied(NoAnswer::ConnectionLost),
         }
     }
-
-    /// Whether a retry of the same call is known to be safe.
-    pub fn nothing_applied(&self) -> bool {
-        matches!(self, Self::Unavailable { .. } | Self::ForeignValue { .. })
-    }
 }
 
-fn is_refusal(details: &str) -> bool {
-    let code = details.split_whitespace().next().unwrap_or("");
-    REFUSALS.contains(&code)
-}
-
-/// Whether fred's error is Redis's error reply, rather than fred's own
-/// words about a connection: Redis error codes are one upper-case word.
-fn is_error_reply(error: &Error) -> bool {
-    let code = error.details().split_whitespace().next().unwrap_or("");
-    !code.is_empty() && code.bytes().all(|b| b.is_ascii_uppercase())
+/// The first word of an error: Redis's error code, when it is Redis's reply.
+fn error_code(details: &str) -> &str {
+    details.split_whitespace().next().unwrap_or("")
 }
 
 #[cfg(test)]
@@ -277,9 +272,20 @@ mod tests {
             (ErrorKind::Canceled, "Canceled."),
         ] {
             let write = classify(kind.clone(), details, WRITE);
-            assert!(!write.nothing_applied(), "{details}");
-            assert!(matches!(write, StorageError::MaybeApplied { .. }));
-            assert!(classify(kind, details, READ).nothing_applied(), "{details}");
+            assert!(
+                matches!(write, StorageError::MaybeApplied { .. }),
+                "{details}"
+            );
+            assert!(
+                matches!(
+                    classify(kind, details, READ),
+                    StorageError::Unavailable {
+                        why: NotApplied::ReadFailed,
+                        ..
+                    }
+                ),
+                "{details}"
+            );
         }
     }
 

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use fred::prelude::{HashesInterface, KeysInterface};
 use sticky_routing::transport::pb;
+use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
 use tonic::Code;
+use tonic::transport::Channel;
 
 use crate::fault_proxy::{FaultProxy, Replies};
 use crate::helpers::*;
@@ -59,14 +61,14 @@ async fn count(app: &TestApp, customer: &str) -> i64 {
 /// Sends `req` until it gets an answer, as an orchestrator retries on the
 /// codes that allow it; returns the answer and every code seen before it.
 async fn retry_until_answered(
-    app: &TestApp,
+    api: &StickyRoutingClient<Channel>,
     req: &pb::RecordOutcomeRequest,
 ) -> (pb::RecordOutcomeResponse, Vec<Code>) {
     let give_up = Instant::now() + Duration::from_secs(10);
     let mut seen = Vec::new();
     loop {
-        match app.record(req.clone()).await {
-            Ok(reply) => return (reply, seen),
+        match api.clone().record_outcome(req.clone()).await {
+            Ok(reply) => return (reply.into_inner(), seen),
             Err(status) => {
                 assert!(
                     matches!(
@@ -119,7 +121,7 @@ async fn a_lost_reply_then_a_retry_with_the_attempt_id_counts_once() {
     assert_eq!(lost.code(), Code::Unknown, "{lost:?}");
     assert_plain_words(&lost, &app);
 
-    let (retried, _) = retry_until_answered(&app, &success("c1", "pay-1")).await;
+    let (retried, _) = retry_until_answered(&app.api, &success("c1", "pay-1")).await;
     assert_eq!((retried.result, retried.net_count), (DUPLICATE, 2));
     assert_eq!(count(&app, "c1").await, 2, "the attempt counted once");
 }
@@ -236,7 +238,7 @@ async fn a_refused_connection_is_unavailable_at_once_and_applies_nothing() {
 
     proxy.accept();
     app.wait_until_ready(true).await;
-    let (again, _) = retry_until_answered(&app, &success("c1", "pay-1")).await;
+    let (again, _) = retry_until_answered(&app.api, &success("c1", "pay-1")).await;
     assert_eq!((again.result, again.net_count), (APPLIED, 2));
     app.stop().await.unwrap();
 }
@@ -259,32 +261,14 @@ async fn calls_caught_in_reconnections_never_get_internal_and_retries_count_once
     let callers = async {
         let mut calls = tokio::task::JoinSet::new();
         for c in 0..CUSTOMERS {
-            let app_api = app.api.clone();
+            let api = app.api.clone();
             calls.spawn(async move {
                 let mut seen = BTreeSet::new();
                 for a in 0..ATTEMPTS {
                     let req = success(&format!("c{c}"), &format!("c{c}-a{a}"));
-                    let give_up = Instant::now() + Duration::from_secs(10);
-                    loop {
-                        match app_api.clone().record_outcome(req.clone()).await {
-                            Ok(reply) => {
-                                let reply = reply.into_inner();
-                                assert!(matches!(reply.result, APPLIED | DUPLICATE), "{reply:?}");
-                                break;
-                            }
-                            Err(status) => {
-                                assert!(Instant::now() < give_up, "{status:?}");
-                                seen.insert(format!("{:?}", status.code()));
-                                assert!(
-                                    matches!(
-                                        status.code(),
-                                        Code::Unavailable | Code::Unknown | Code::DeadlineExceeded
-                                    ),
-                                    "{status:?}"
-                                );
-                            }
-                        }
-                    }
+                    let (reply, codes) = retry_until_answered(&api, &req).await;
+                    assert!(matches!(reply.result, APPLIED | DUPLICATE), "{reply:?}");
+                    seen.extend(codes.into_iter().map(|code| format!("{code:?}")));
                 }
                 seen
             });
