@@ -45,8 +45,9 @@ pub struct Settings {
     pub rules: Rules,
     /// How long in-flight calls may take to finish after SIGTERM.
     pub shutdown_grace: Duration,
-    /// In-flight calls beyond this are shed with `RESOURCE_EXHAUSTED`.
-    pub max_in_flight_per_connection: usize,
+    /// StickyRouting calls in progress across all connections; beyond it
+    /// calls are shed with `RESOURCE_EXHAUSTED`.
+    pub max_in_flight: usize,
     /// A connection older than this (±10 % per process) gets GOAWAY, so
     /// that clients reconnect and spread over pods added since.
     pub max_connection_age: Duration,

@@ -26,6 +26,7 @@ use crate::config::Settings;
 use crate::record;
 use crate::storage::{ConnectError, RedisStore, redact_url};
 use crate::telemetry::Metrics;
+use crate::transport::gate::ApiGate;
 use crate::transport::health::{API_SERVICE, DrainingHealth};
 use crate::transport::pb::sticky_routing_server::StickyRoutingServer;
 use crate::transport::{StickyRoutingService, pb};
@@ -105,15 +106,18 @@ impl Application {
             Arc::new(settings.rules),
             record::call_ceiling(settings.redis.command_timeout),
         );
-        let router = grpc_server(settings.max_in_flight_per_connection)
+        let api = ApiGate::new(
+            StickyRoutingServer::new(api).max_decoding_message_size(MAX_MESSAGE_BYTES),
+            settings.max_in_flight,
+            metrics.clone(),
+        );
+        let router = grpc_server(settings.max_in_flight)
             .max_connection_age(jittered(settings.max_connection_age))
             .max_connection_age_grace(settings.max_connection_age_grace)
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
-            .add_service(
-                StickyRoutingServer::new(api).max_decoding_message_size(MAX_MESSAGE_BYTES),
-            );
+            .add_service(api);
         Ok(Self {
             grpc_listener,
             grpc_addr,
@@ -168,18 +172,23 @@ pub const CALL_BOUND: Duration = Duration::from_secs(10);
 /// The gRPC server's transport settings. Public so that the benchmark's
 /// no-op floor runs with exactly the same ones.
 ///
-/// The in-flight limit is per connection: kubelet's probes come on their
-/// own connections, so shedding a busy client never fails a probe.
-pub fn grpc_server(max_in_flight_per_connection: usize) -> Server {
-    let in_flight = u32::try_from(max_in_flight_per_connection).unwrap_or(u32::MAX);
+/// The limit on calls in progress is [`ApiGate`]'s, server-wide, on the
+/// StickyRouting service alone. Each connection may open twice as many
+/// streams, plus room for health checks, so that one busy client's excess
+/// reaches the gate and is refused at once instead of waiting in the
+/// client's HTTP/2 queue for a free stream; refused streams close at once.
+pub fn grpc_server(max_in_flight: usize) -> Server {
+    let streams = max_in_flight.saturating_mul(2).saturating_add(STREAM_ROOM);
     Server::builder()
         .timeout(CALL_BOUND)
         .tcp_nodelay(true)
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
-        .max_concurrent_streams(Some(in_flight))
-        .concurrency_limit_per_connection(max_in_flight_per_connection)
-        .load_shed(true)
+        .max_concurrent_streams(Some(u32::try_from(streams).unwrap_or(u32::MAX)))
 }
+
+/// Streams per connection beyond the in-flight limit's share: health,
+/// reflection, and calls on their way to being refused.
+const STREAM_ROOM: usize = 100;
 
 /// `age` moved by up to ±10 %, once per process: pods started together do
 /// not all send GOAWAY at the same moment. (tonic takes one age for every

@@ -33,6 +33,27 @@ const LATENCY_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
 
+/// Why a StickyRouting call was answered before any handler ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Over `STICKY_ROUTING_MAX_IN_FLIGHT`: `RESOURCE_EXHAUSTED`.
+    Shed,
+    /// Not protobuf, or not valid UTF-8 in a string: `INVALID_ARGUMENT`.
+    Undecodable,
+    /// Over the message size limit: `OUT_OF_RANGE`.
+    OverSize,
+}
+
+impl Refusal {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Shed => "shed",
+            Self::Undecodable => "undecodable",
+            Self::OverSize => "over_size",
+        }
+    }
+}
+
 /// The service's instruments.
 pub struct Metrics {
     registry: prometheus::Registry,
@@ -40,6 +61,7 @@ pub struct Metrics {
     pins: Counter<u64>,
     writes: Counter<u64>,
     pruned_fields: Counter<u64>,
+    refused: Counter<u64>,
     rpc_duration: Histogram<f64>,
 }
 
@@ -68,6 +90,12 @@ impl Metrics {
                 .u64_counter("sticky_routing_pruned_fields")
                 .with_description("Combo fields removed by the per-customer cap")
                 .build(),
+            refused: meter
+                .u64_counter("sticky_routing_refused_calls")
+                .with_description(
+                    "StickyRouting calls answered before any handler ran, by reason: shed, undecodable, over_size",
+                )
+                .build(),
             rpc_duration: meter
                 .f64_histogram("sticky_routing_rpc_duration")
                 .with_unit("s")
@@ -91,6 +119,10 @@ impl Metrics {
         if fields > 0 {
             self.pruned_fields.add(u64::from(fields), &[]);
         }
+    }
+
+    pub fn refused(&self, why: Refusal) {
+        self.refused.add(1, &[KeyValue::new("reason", why.label())]);
     }
 
     pub fn rpc(&self, method: &'static str, code: tonic::Code, took: Duration) {
@@ -155,6 +187,7 @@ mod tests {
         metrics.pin("pinned");
         metrics.write("not_admitted");
         metrics.pruned(2);
+        metrics.refused(Refusal::OverSize);
         metrics.rpc("GetPin", tonic::Code::Ok, Duration::from_micros(300));
         let text = metrics.render();
         assert!(
@@ -167,6 +200,10 @@ mod tests {
         );
         assert!(
             text.contains("sticky_routing_pruned_fields_total 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sticky_routing_refused_calls_total{reason=\"over_size\"} 1"),
             "{text}"
         );
         assert!(text.contains("sticky_routing_rpc_duration_seconds_bucket{code=\"Ok\",rpc=\"GetPin\",le=\"0.0005\"} 1"), "{text}");

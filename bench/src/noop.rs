@@ -1,10 +1,13 @@
-//! The transport floor: the service's generated server, codec and transport
-//! settings, with handlers that answer at once without touching Redis. The
+//! The transport floor: the service's generated server, codec, in-flight
+//! gate and transport settings, with handlers that answer at once without touching Redis. The
 //! gap between it and the service is what Redis and the rules cost.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use sticky_routing::startup::{MAX_MESSAGE_BYTES, grpc_server};
+use sticky_routing::telemetry::Metrics;
+use sticky_routing::transport::gate::ApiGate;
 use sticky_routing::transport::pb::sticky_routing_server::{StickyRouting, StickyRoutingServer};
 use sticky_routing::transport::pb::{
     ConnectorCount, ForgetCustomerRequest, ForgetCustomerResponse, GetHabitsRequest,
@@ -68,8 +71,11 @@ impl StickyRouting for NoopService {
 
 /// Serves the no-op floor on `listener` until the process ends.
 pub async fn serve(listener: TcpListener, max_in_flight: usize) -> Result<(), BoxError> {
-    let service =
-        StickyRoutingServer::new(NoopService).max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let service = ApiGate::new(
+        StickyRoutingServer::new(NoopService).max_decoding_message_size(MAX_MESSAGE_BYTES),
+        max_in_flight,
+        Arc::new(Metrics::new()?),
+    );
     grpc_server(max_in_flight)
         .add_service(service)
         .serve_with_incoming(TcpListenerStream::new(listener))

@@ -35,7 +35,7 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
     let min_pin_count = c.value(&declared::MIN_PIN_COUNT);
     let min_score_ratio = c.value(&declared::MIN_SCORE_RATIO);
     let shutdown_grace = c.value(&declared::SHUTDOWN_GRACE);
-    let max_in_flight_per_connection = c.value(&declared::MAX_IN_FLIGHT_PER_CONNECTION);
+    let max_in_flight = c.value(&declared::MAX_IN_FLIGHT);
     let max_connection_age = c.value(&declared::MAX_CONNECTION_AGE);
     let max_connection_age_grace = c.value(&declared::MAX_CONNECTION_AGE_GRACE);
     let worker_threads = c.value(&declared::WORKER_THREADS);
@@ -56,7 +56,7 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
                 min_score_ratio: min_score_ratio?,
             },
             shutdown_grace: shutdown_grace?,
-            max_in_flight_per_connection: max_in_flight_per_connection?,
+            max_in_flight: max_in_flight?,
             max_connection_age: max_connection_age?,
             max_connection_age_grace: max_connection_age_grace?,
             worker_threads: worker_threads?,

@@ -10,6 +10,10 @@ use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
 use tonic::{Code, Status};
 use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
 
+/// How the answer to a request that does not decode begins; the gate
+/// counts such answers by it.
+pub const UNDECODABLE: &str = "request: the message does not decode as protobuf";
+
 /// `ProstCodec` with decode failures reported as `INVALID_ARGUMENT`.
 #[derive(Debug, Clone)]
 pub struct StrictProstCodec<T, U> {
@@ -53,10 +57,9 @@ impl<U: prost::Message + Default> Decoder for StrictDecoder<U> {
 
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
         self.0.decode(buf).map_err(|status| match status.code() {
-            Code::Internal => Status::invalid_argument(format!(
-                "request: the message does not decode as protobuf ({})",
-                status.message()
-            )),
+            Code::Internal => {
+                Status::invalid_argument(format!("{UNDECODABLE} ({})", status.message()))
+            }
             _ => status,
         })
     }

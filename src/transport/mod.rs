@@ -4,6 +4,7 @@
 pub mod codec;
 mod convert;
 pub mod deadline;
+pub mod gate;
 pub mod health;
 mod service;
 mod status;

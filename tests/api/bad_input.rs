@@ -388,6 +388,11 @@ async fn undecodable_messages_are_invalid_argument() {
         assert_eq!(status.code(), Code::InvalidArgument, "{case}: {status:?}");
     }
     assert_nothing_written(&app).await;
+    let metrics = app.scrape().await;
+    assert!(
+        metrics.contains("sticky_routing_refused_calls_total{reason=\"undecodable\"} 3"),
+        "{metrics}"
+    );
     // The raw path itself works: a well-formed message is applied.
     let good = good(pb::Outcome::Success).encode_to_vec();
     assert_eq!(
@@ -416,4 +421,9 @@ async fn a_message_over_the_size_limit_is_refused() {
         "{status:?}"
     );
     assert_nothing_written(&app).await;
+    let metrics = app.scrape().await;
+    assert!(
+        metrics.contains("sticky_routing_refused_calls_total{reason=\"over_size\"} 1"),
+        "{metrics}"
+    );
 }

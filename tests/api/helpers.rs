@@ -214,6 +214,22 @@ impl TestApp {
         health_status(&self.health, service).await
     }
 
+    /// The Prometheus text on `/metrics`, as a scraper gets it.
+    pub async fn scrape(&self) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(self.metrics_addr)
+            .await
+            .unwrap();
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        response
+    }
+
     /// Stops the service and waits for its drain to finish.
     pub async fn stop(&mut self) -> Result<(), StartupError> {
         if let Some(tx) = self.shutdown.take() {

@@ -20,6 +20,7 @@ mod helpers;
 mod least_privilege;
 mod load;
 mod observability;
+mod overload;
 mod record_outcome;
 mod redis_cluster;
 mod redis_sentinel;

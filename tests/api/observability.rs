@@ -2,27 +2,12 @@
 //! reflection for grpcurl and ghz.
 
 use sticky_routing::domain::ids::MerchantId;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic_reflection::pb::v1::ServerReflectionRequest;
 use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
 use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
 use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
 
 use crate::helpers::*;
-
-async fn scrape(app: &TestApp) -> String {
-    let mut stream = tokio::net::TcpStream::connect(app.metrics_addr)
-        .await
-        .unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-    response
-}
 
 #[tokio::test]
 async fn metrics_count_outcomes_prunes_and_latency() {
@@ -73,7 +58,7 @@ async fn metrics_count_outcomes_prunes_and_latency() {
     };
     assert!(!app.pin(vetoed).await.unwrap().pinned);
 
-    let text = scrape(&app).await;
+    let text = app.scrape().await;
     for (series, expected) in [
         ("sticky_routing_writes_total{outcome=\"applied\"}", 3),
         ("sticky_routing_writes_total{outcome=\"duplicate\"}", 1),

@@ -14,9 +14,9 @@ struct Args {
     /// Where to listen; port 0 picks a free one.
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
-    /// Same meaning as the service's MAX_IN_FLIGHT_PER_CONNECTION.
-    #[arg(long, default_value_t = 4096)]
-    max_in_flight_per_connection: usize,
+    /// Same meaning and default as the service's STICKY_ROUTING_MAX_IN_FLIGHT.
+    #[arg(long, default_value_t = 1024)]
+    max_in_flight: usize,
     /// Tokio worker threads, as the service's WORKER_THREADS (default: CPUs).
     #[arg(long)]
     worker_threads: Option<usize>,
@@ -45,6 +45,6 @@ async fn serve(args: &Args) -> Result<(), sticky_bench::BoxError> {
     {
         let (listener, addr) = noop::bind(args.listen).await?;
         println!("{addr}");
-        noop::serve(listener, args.max_in_flight_per_connection).await
+        noop::serve(listener, args.max_in_flight).await
     }
 }

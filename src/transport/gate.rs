@@ -1,0 +1,199 @@
+//! The server-wide limit on StickyRouting calls in progress, and the count
+//! of calls answered before any handler runs: shed, undecodable, over-size.
+//!
+//! Why a layer of our own: tonic's `concurrency_limit_per_connection` and
+//! `load_shed` limit each connection alone, and their refusals never reach
+//! code that could count them. HTTP/2's `max_concurrent_streams` queues
+//! the excess in the client rather than refusing it, so at several times
+//! capacity every call waited for its deadline and goodput collapsed. This
+//! gate wraps only the StickyRouting service: health and reflection calls
+//! are never counted and never refused. A call over the limit is answered
+//! `RESOURCE_EXHAUSTED` before its body is read, so it costs no decoding
+//! and never touches Redis; the caller retries on another pod.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tonic::body::Body;
+use tonic::codegen::http;
+use tonic::server::NamedService;
+use tonic::{Code, Status};
+use tower::Service;
+
+use super::codec::UNDECODABLE;
+use crate::telemetry::{Metrics, Refusal};
+
+/// Wraps the StickyRouting service with the in-flight limit.
+#[derive(Clone)]
+pub struct ApiGate<S> {
+    inner: S,
+    slots: Arc<Semaphore>,
+    limit: usize,
+    metrics: Arc<Metrics>,
+}
+
+impl<S> ApiGate<S> {
+    /// At most `limit` calls of `inner` run at once, across all connections.
+    pub fn new(inner: S, limit: usize, metrics: Arc<Metrics>) -> Self {
+        let limit = limit.clamp(1, Semaphore::MAX_PERMITS);
+        Self {
+            inner,
+            slots: Arc::new(Semaphore::new(limit)),
+            limit,
+            metrics,
+        }
+    }
+}
+
+impl<S: NamedService> NamedService for ApiGate<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S, B> Service<http::Request<B>> for ApiGate<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<Body>, Error = Infallible>,
+{
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = GateFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // The generated server is always ready; asking keeps the contract.
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        match Arc::clone(&self.slots).try_acquire_owned() {
+            Ok(permit) => GateFuture::Admitted {
+                inner: self.inner.call(request),
+                permit: Some(permit),
+                metrics: Arc::clone(&self.metrics),
+            },
+            Err(_) => {
+                self.metrics.refused(Refusal::Shed);
+                GateFuture::Shed {
+                    response: Some(shed_response(self.limit)),
+                }
+            }
+        }
+    }
+}
+
+/// The answer to a call over the limit.
+fn shed_response(limit: usize) -> http::Response<Body> {
+    Status::resource_exhausted(format!(
+        "this server is at its limit of {limit} calls in progress; retry, on another server if you can"
+    ))
+    .into_http()
+}
+
+pin_project_lite::pin_project! {
+    /// The admitted call's future holding its slot, or the shed answer.
+    #[project = GateProjection]
+    pub enum GateFuture<F> {
+        Admitted {
+            #[pin]
+            inner: F,
+            permit: Option<OwnedSemaphorePermit>,
+            metrics: Arc<Metrics>,
+        },
+        Shed {
+            response: Option<http::Response<Body>>,
+        },
+    }
+}
+
+impl<F> Future for GateFuture<F>
+where
+    F: Future<Output = Result<http::Response<Body>, Infallible>>,
+{
+    type Output = Result<http::Response<Body>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            GateProjection::Admitted {
+                inner,
+                permit,
+                metrics,
+            } => {
+                let Ok(response) = std::task::ready!(inner.poll(cx));
+                // The handler's work is done; the body only carries its answer.
+                permit.take();
+                if let Some(refusal) = refused_before_the_handler(&response) {
+                    metrics.refused(refusal);
+                }
+                Poll::Ready(Ok(response))
+            }
+            GateProjection::Shed { response } => {
+                Poll::Ready(Ok(response.take().unwrap_or_else(|| shed_response(0))))
+            }
+        }
+    }
+}
+
+/// Which refusal `response` is, if tonic answered it before the handler ran:
+/// tonic's size check is the only source of `OUT_OF_RANGE`, and our codec
+/// the only source of an `INVALID_ARGUMENT` that starts with [`UNDECODABLE`].
+/// Errors leave as trailers-only responses, with the status in the headers,
+/// so only failed calls pay for a header lookup past `grpc-status`.
+fn refused_before_the_handler(response: &http::Response<Body>) -> Option<Refusal> {
+    let headers = response.headers();
+    let code = headers.get("grpc-status")?;
+    match Code::from_bytes(code.as_bytes()) {
+        Code::OutOfRange => Some(Refusal::OverSize),
+        Code::InvalidArgument
+            if headers
+                .get("grpc-message")
+                .is_some_and(|m| percent_decoded(m.as_bytes()).starts_with(UNDECODABLE)) =>
+        {
+            Some(Refusal::Undecodable)
+        }
+        _ => None,
+    }
+}
+
+/// `grpc-message` as sent: tonic percent-encodes spaces and a few other
+/// characters, none of which [`UNDECODABLE`] holds but the space.
+fn percent_decoded(message: &[u8]) -> String {
+    String::from_utf8_lossy(message).replace("%20", " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(status: Status) -> http::Response<Body> {
+        status.into_http()
+    }
+
+    #[test]
+    fn refusals_before_the_handler_are_told_apart_from_handler_errors() {
+        let undecodable = Status::invalid_argument(format!("{UNDECODABLE} (invalid wire type)"));
+        assert_eq!(
+            refused_before_the_handler(&answer(undecodable)),
+            Some(Refusal::Undecodable)
+        );
+        let too_big = Status::out_of_range("decoded message length too large");
+        assert_eq!(
+            refused_before_the_handler(&answer(too_big)),
+            Some(Refusal::OverSize)
+        );
+        let bad_field = Status::invalid_argument("merchant_id: must not be empty");
+        assert_eq!(refused_before_the_handler(&answer(bad_field)), None);
+        let ok = http::Response::new(Body::empty());
+        assert_eq!(refused_before_the_handler(&ok), None);
+    }
+
+    #[test]
+    fn the_shed_answer_is_resource_exhausted() {
+        let response = shed_response(7);
+        let code = response.headers().get("grpc-status").unwrap();
+        assert_eq!(Code::from_bytes(code.as_bytes()), Code::ResourceExhausted);
+        let message = response.headers().get("grpc-message").unwrap();
+        assert!(percent_decoded(message.as_bytes()).contains("7 calls in progress"));
+    }
+}

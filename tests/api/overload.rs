@@ -1,0 +1,139 @@
+//! The server-wide limit on StickyRouting calls in progress: a call over it
+//! is refused at once with `RESOURCE_EXHAUSTED`, touches no Redis, and is
+//! counted; health and reflection are never counted nor refused.
+//!
+//! The calls that fill the limit hang on purpose: [`FaultProxy`] holds
+//! Redis's replies, so they stay in progress until the test lets them go.
+
+use std::time::{Duration, Instant};
+
+use sticky_routing::transport::pb;
+use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
+use tonic::Code;
+use tonic::transport::Channel;
+
+use crate::fault_proxy::{FaultProxy, Replies};
+use crate::helpers::*;
+
+const SERVING: i32 = 1;
+const LIMIT: usize = 2;
+
+async fn new_connection(app: &TestApp) -> StickyRoutingClient<Channel> {
+    let channel = Channel::from_shared(format!("http://{}", app.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    StickyRoutingClient::new(channel)
+}
+
+/// Waits until Redis has seen `calls` more HGETALLs than in `before`: the
+/// calls that sent them are in progress, holding their slots.
+async fn wait_for_reads(
+    app: &TestApp,
+    before: &std::collections::BTreeMap<String, u64>,
+    calls: u64,
+) {
+    let give_up = Instant::now() + Duration::from_secs(10);
+    loop {
+        let seen = app.commands_since(before).await;
+        if seen.contains(&("hgetall".to_owned(), calls)) {
+            return;
+        }
+        assert!(Instant::now() < give_up, "the held calls never reached Redis: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_call_over_the_server_wide_limit_is_refused_at_once_without_touching_redis() {
+    let redis = RedisServer::start();
+    let proxy = FaultProxy::start(([127, 0, 0, 1], redis.port).into()).await;
+    let app = spawn_app_against(TestRedis::Single(redis), proxy.url(), |s| {
+        s.max_in_flight = LIMIT;
+        s.redis.command_timeout = Duration::from_secs(5);
+    })
+    .await;
+
+    // Fill the limit with calls on two connections of their own: the limit
+    // is the server's, not each connection's.
+    let before = app.command_calls().await;
+    proxy.set(Replies::Stall);
+    let mut held = Vec::new();
+    for n in 0..LIMIT {
+        let api = new_connection(&app).await;
+        let customer = format!("held{n}");
+        held.push(tokio::spawn(async move {
+            api.clone().get_pin(pin_request(&customer, &[])).await
+        }));
+    }
+    wait_for_reads(&app, &before, LIMIT as u64).await;
+
+    // A third connection's call is refused, at once, and writes nothing.
+    let before = app.command_calls().await;
+    let started = Instant::now();
+    let refused = new_connection(&app)
+        .await
+        .record_outcome(outcome("m1", "c1", "GIGADAT", pb::Outcome::Success))
+        .await
+        .expect_err("over the limit");
+    let took = started.elapsed();
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(
+        refused.message().contains("calls in progress"),
+        "{refused:?}"
+    );
+    // The bench measures the real figure (well under 1 ms); this bound only
+    // tells "at once" from "after the held calls".
+    assert!(took < Duration::from_millis(500), "refused after {took:?}");
+
+    // Health and reflection are neither refused nor counted.
+    assert_eq!(app.health_status("").await, SERVING);
+    assert_eq!(app.health_status(API).await, SERVING);
+
+    assert_eq!(app.commands_since(&before).await, vec![], "it reached Redis");
+    let metrics = app.scrape().await;
+    assert!(
+        metrics.contains("sticky_routing_refused_calls_total{reason=\"shed\"} 1"),
+        "{metrics}"
+    );
+
+    // Once the held calls finish, their slots serve again.
+    proxy.set(Replies::Pass);
+    for call in held {
+        call.await.unwrap().expect("a held call is answered");
+    }
+    assert_eq!(app.success("c1", "GIGADAT").await.result, APPLIED);
+}
+
+#[tokio::test]
+async fn calls_within_the_limit_are_never_refused() {
+    // As many concurrent calls as the limit, from many connections, again
+    // and again: none is refused, so the limit counts slots exactly and
+    // gives each back.
+    let app = spawn_app_with(|s| s.max_in_flight = 8).await;
+    for round in 0..20 {
+        let mut calls = Vec::new();
+        for n in 0..8 {
+            let api = if n % 2 == 0 {
+                app.api.clone()
+            } else {
+                new_connection(&app).await
+            };
+            let customer = format!("c{round}-{n}");
+            calls.push(tokio::spawn(async move {
+                api.clone()
+                    .record_outcome(outcome("m1", &customer, "GIGADAT", pb::Outcome::Success))
+                    .await
+            }));
+        }
+        for call in calls {
+            let answer = call.await.unwrap();
+            assert!(answer.is_ok(), "round {round}: {answer:?}");
+        }
+    }
+    assert!(
+        !app.scrape().await.contains("reason=\"shed\""),
+        "nothing was shed"
+    );
+}
