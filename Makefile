@@ -23,8 +23,18 @@ ci: lint test
 # The service against its transport and storage floors, on its own Redis;
 # prints a markdown table (bench/README.md explains it). The service is built
 # on its own first, exactly as shipped; the bench kit is a second build.
+# `make bench OVERLOAD=1` runs the overload study instead: the service on
+# CPU 0, the load and Redis on the other CPUs.
 bench:
 	scripts/ensure-redis.sh
 	cargo build --release --locked
 	cargo build --release --locked -p sticky-bench
+ifdef OVERLOAD
+	@if [ "$$(nproc)" -gt 1 ]; then \
+	  set -x; taskset -c 1-$$(($$(nproc) - 1)) target/release/sticky-bench --overload --server-cpus 0; \
+	else \
+	  set -x; target/release/sticky-bench --overload; \
+	fi
+else
 	target/release/sticky-bench
+endif

@@ -48,7 +48,7 @@ pub struct RoundTrips {
     pub reads_per_call: f64,
 }
 
-/// A target from the issue, with what was measured.
+/// A target from an issue, with what was measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct Check {
     pub target: String,
@@ -473,10 +473,14 @@ fn mb(bytes: u64) -> f64 {
 }
 
 /// CPU count and model, from the OS.
-fn machine() -> String {
-    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
-    let model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
+pub fn machine() -> String {
+    // Counted from cpuinfo, not from this process's affinity: the overload
+    // study runs pinned to some of the CPUs.
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok();
+    let cores = info.as_deref().map_or(0, |info| {
+        info.lines().filter(|l| l.starts_with("processor")).count()
+    });
+    let model = info
         .and_then(|info| {
             info.lines().find_map(|l| {
                 l.strip_prefix("model name")?

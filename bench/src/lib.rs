@@ -13,11 +13,13 @@
 //! [`workload`] makes the requests (Zipf-skewed customers), [`run`] drives
 //! them closed- or open-loop and keeps latency histograms, [`report`] turns
 //! the result into text, JSON and markdown, and [`redis_info`] reads the
-//! `INFO` figures that show round trips per call.
+//! `INFO` figures that show round trips per call. [`overload`] is the other
+//! study: the service offered up to five times its capacity.
 
 pub mod cli;
 pub mod compare;
 pub mod noop;
+pub mod overload;
 pub mod procs;
 pub mod redis_info;
 pub mod report;

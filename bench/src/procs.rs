@@ -56,11 +56,34 @@ pub fn sibling(name: &str) -> Result<PathBuf, BoxError> {
     }
 }
 
+/// `program`, run on the CPUs in `cpus` (a `taskset` list such as `0` or
+/// `0-1`) when given. taskset execs the program, so the child's pid is the
+/// program's own.
+fn command(program: impl AsRef<std::ffi::OsStr>, cpus: Option<&str>) -> Command {
+    match cpus {
+        Some(cpus) => {
+            let mut command = Command::new("taskset");
+            command.args(["-c", cpus]).arg(program);
+            command
+        }
+        None => Command::new(program),
+    }
+}
+
 /// Starts `redis-server` on a free port, without persistence, logging into
 /// `dir`, and waits until it answers.
 pub async fn start_redis(redis_server: &str, dir: &Path) -> Result<Proc, BoxError> {
+    start_redis_on(redis_server, dir, None).await
+}
+
+/// [`start_redis`], on the CPUs in `cpus` when given.
+pub async fn start_redis_on(
+    redis_server: &str,
+    dir: &Path,
+    cpus: Option<&str>,
+) -> Result<Proc, BoxError> {
     let addr = free_addr()?;
-    let child = Command::new(redis_server)
+    let child = command(redis_server, cpus)
         .args(["--bind", "127.0.0.1", "--port", &addr.port().to_string()])
         .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
         .arg("--dir")
@@ -93,13 +116,24 @@ pub async fn start_service(
     extra_env: &[(String, String)],
     dir: &Path,
 ) -> Result<Proc, BoxError> {
+    start_service_on(binary, redis_url, extra_env, dir, None).await
+}
+
+/// [`start_service`], on the CPUs in `cpus` when given.
+pub async fn start_service_on(
+    binary: Option<&Path>,
+    redis_url: &str,
+    extra_env: &[(String, String)],
+    dir: &Path,
+    cpus: Option<&str>,
+) -> Result<Proc, BoxError> {
     let addr = free_addr()?;
     let log = std::fs::File::create(dir.join("service.log"))?;
     let binary = match binary {
         Some(path) => path.to_path_buf(),
         None => sibling("sticky-routing")?,
     };
-    let child = Command::new(binary)
+    let child = command(binary, cpus)
         .env("STICKY_ROUTING_LISTEN_ADDR", addr.to_string())
         .env("STICKY_ROUTING_METRICS_ADDR", free_addr()?.to_string())
         .env("STICKY_ROUTING_REDIS_URL", redis_url)

@@ -127,6 +127,7 @@ mod tests {
         let statuses = [("OK".to_owned(), 990), ("UNAVAILABLE".to_owned(), 10)].into();
         RunResult {
             latency,
+            latency_by_status: std::collections::BTreeMap::new(),
             statuses,
             elapsed: Duration::from_secs(2),
             late: 0,

@@ -47,6 +47,9 @@ pub struct RunResult {
     /// Latency in microseconds.
     pub latency: Histogram<u64>,
     pub statuses: BTreeMap<String, u64>,
+    /// Latency per status code, for the codes seen: an overloaded server's
+    /// fast refusals and its slower successes are told apart.
+    pub latency_by_status: BTreeMap<String, Histogram<u64>>,
     pub elapsed: Duration,
     /// Open loop: calls that went out more than [`LATE`] after they were due.
     pub late: u64,
@@ -62,6 +65,24 @@ impl RunResult {
 
     pub fn ok(&self) -> u64 {
         self.statuses.get("OK").copied().unwrap_or(0)
+    }
+
+    /// Calls per second that ended with `status` (`OK`: the goodput).
+    pub fn rate_of(&self, status: &str) -> f64 {
+        // Call counts stay far below 2^53.
+        #[allow(clippy::cast_precision_loss)]
+        let calls = self.statuses.get(status).copied().unwrap_or(0) as f64;
+        calls / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// The `quantile` latency of the calls that ended with `status`, in
+    /// milliseconds; `None` when there were none.
+    pub fn latency_ms_of(&self, status: &str, quantile: f64) -> Option<f64> {
+        let histogram = self.latency_by_status.get(status)?;
+        // Microseconds stay far below 2^53.
+        #[allow(clippy::cast_precision_loss)]
+        let micros = histogram.value_at_quantile(quantile) as f64;
+        (!histogram.is_empty()).then_some(micros / 1000.0)
     }
 
     pub fn rate(&self) -> f64 {
@@ -90,6 +111,7 @@ pub async fn run(
             let mut rng = SmallRng::seed_from_u64(spec.seed.wrapping_add(index as u64));
             let mut latency = new_histogram();
             let mut statuses = [0u64; 17];
+            let mut by_status = PerStatus::default();
             let mut k: u64 = 0;
             let mut late: u64 = 0;
             loop {
@@ -117,11 +139,13 @@ pub async fn run(
                 let call = generator.next(&mut rng);
                 let sent = Instant::now();
                 let code = worker.send(call).await;
-                record(&mut latency, sent.elapsed());
+                let took = sent.elapsed();
+                record(&mut latency, took);
+                record(by_status.of(code), took);
                 statuses[code as usize] += 1;
                 k += 1;
             }
-            (latency, statuses, late)
+            (latency, statuses, late, by_status)
         }));
     }
     merge(tasks, started).await
@@ -158,14 +182,33 @@ pub async fn fill(
                 record(&mut latency, sent.elapsed());
                 codes[code as usize] += 1;
             }
-            (latency, codes, 0)
+            (latency, codes, 0, PerStatus::default())
         }));
     }
     merge(tasks, started).await
 }
 
-/// What one worker saw: latency, calls per status code, late sends.
-type WorkerResult = (Histogram<u64>, [u64; 17], u64);
+/// What one worker saw: latency, calls per status code, late sends, and
+/// latency per status code.
+type WorkerResult = (Histogram<u64>, [u64; 17], u64, PerStatus);
+
+/// One latency histogram per gRPC code, made when the code is first seen.
+#[derive(Default)]
+struct PerStatus([Option<Histogram<u64>>; 17]);
+
+impl PerStatus {
+    fn of(&mut self, code: Code) -> &mut Histogram<u64> {
+        self.0[code as usize].get_or_insert_with(new_histogram)
+    }
+    /// The histograms made, by code name.
+    fn named(self) -> BTreeMap<String, Histogram<u64>> {
+        self.0
+            .into_iter()
+            .enumerate()
+            .filter_map(|(code, histogram)| Some((code_name(code), histogram?)))
+            .collect()
+    }
+}
 
 /// Waits for the workers and adds up what they saw.
 async fn merge(
@@ -175,16 +218,25 @@ async fn merge(
     let mut latency = new_histogram();
     let mut codes = [0u64; 17];
     let mut late = 0;
+    let mut by_status = PerStatus::default();
     for task in tasks {
-        let (worker_latency, worker_codes, worker_late) = task.await?;
+        let (worker_latency, worker_codes, worker_late, worker_by_status) = task.await?;
         latency.add(&worker_latency)?;
         late += worker_late;
         for (total, n) in codes.iter_mut().zip(worker_codes) {
             *total += n;
         }
+        for (code, histogram) in worker_by_status.0.iter().enumerate() {
+            if let Some(histogram) = histogram {
+                by_status.0[code]
+                    .get_or_insert_with(new_histogram)
+                    .add(histogram)?;
+            }
+        }
     }
     Ok(RunResult {
         latency,
+        latency_by_status: by_status.named(),
         statuses: status_names(&codes),
         elapsed: started.elapsed(),
         late,
@@ -207,11 +259,14 @@ fn status_names(codes: &[u64; 17]) -> BTreeMap<String, u64> {
         .iter()
         .enumerate()
         .filter(|(_, n)| **n > 0)
-        .map(|(code, n)| {
-            let name = format!("{:?}", Code::from(i32::try_from(code).unwrap_or(2)));
-            (screaming(&name), *n)
-        })
+        .map(|(code, n)| (code_name(code), *n))
         .collect()
+}
+
+/// Code 14 → `UNAVAILABLE`.
+fn code_name(code: usize) -> String {
+    let name = format!("{:?}", Code::from(i32::try_from(code).unwrap_or(2)));
+    screaming(&name)
 }
 
 /// `DeadlineExceeded` → `DEADLINE_EXCEEDED`, as gRPC names codes.
@@ -235,6 +290,33 @@ mod tests {
         let mut h = new_histogram();
         record(&mut h, Duration::from_secs(3600));
         assert_eq!(h.len(), 1);
+    }
+
+    #[test]
+    fn rates_and_latencies_are_kept_per_status() {
+        let mut per_status = PerStatus::default();
+        for micros in [100, 200, 300] {
+            record(
+                per_status.of(Code::ResourceExhausted),
+                Duration::from_micros(micros),
+            );
+        }
+        record(per_status.of(Code::Ok), Duration::from_millis(5));
+        let mut codes = [0u64; 17];
+        codes[Code::Ok as usize] = 1;
+        codes[Code::ResourceExhausted as usize] = 3;
+        let result = RunResult {
+            latency: new_histogram(),
+            latency_by_status: per_status.named(),
+            statuses: status_names(&codes),
+            elapsed: Duration::from_secs(2),
+            late: 0,
+        };
+        assert!((result.rate_of("RESOURCE_EXHAUSTED") - 1.5).abs() < 1e-9);
+        let median = result.latency_ms_of("RESOURCE_EXHAUSTED", 0.5).unwrap();
+        assert!((median - 0.2).abs() < 0.001, "{median}");
+        assert!((result.latency_ms_of("OK", 0.99).unwrap() - 5.0).abs() < 0.01);
+        assert_eq!(result.latency_ms_of("UNAVAILABLE", 0.5), None);
     }
 
     #[test]

@@ -40,7 +40,10 @@ async fn wait_for_reads(
         if seen.contains(&("hgetall".to_owned(), calls)) {
             return;
         }
-        assert!(Instant::now() < give_up, "the held calls never reached Redis: {seen:?}");
+        assert!(
+            Instant::now() < give_up,
+            "the held calls never reached Redis: {seen:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -91,7 +94,11 @@ async fn a_call_over_the_server_wide_limit_is_refused_at_once_without_touching_r
     assert_eq!(app.health_status("").await, SERVING);
     assert_eq!(app.health_status(API).await, SERVING);
 
-    assert_eq!(app.commands_since(&before).await, vec![], "it reached Redis");
+    assert_eq!(
+        app.commands_since(&before).await,
+        vec![],
+        "it reached Redis"
+    );
     let metrics = app.scrape().await;
     assert!(
         metrics.contains("sticky_routing_refused_calls_total{reason=\"shed\"} 1"),

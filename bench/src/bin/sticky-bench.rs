@@ -1,14 +1,16 @@
 //! `sticky-bench`: starts its own Redis, the service and the no-op floor,
 //! runs the same load against each and against Redis directly, and prints
-//! the comparison as a markdown table (`make bench`).
+//! the comparison as a markdown table (`make bench`). With `--overload` it
+//! runs the overload study instead (`make bench OVERLOAD=1`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
 use sticky_bench::cli::{WorkloadArgs, parse_duration};
 use sticky_bench::compare::{CompareSpec, compare};
+use sticky_bench::overload::{OverloadSpec, overload};
 
 #[derive(Parser)]
 #[command(
@@ -50,11 +52,64 @@ struct Args {
     /// Only the no-op and service runs, for A/B experiments.
     #[arg(long)]
     quick: bool,
+    /// Run the overload study instead: capacity C, then 0.5C to 5C offered.
+    #[arg(long)]
+    overload: bool,
+    /// Overload study: open-loop workers.
+    #[arg(long, default_value_t = 1024)]
+    workers: usize,
+    /// Overload study: the deadline of every call.
+    #[arg(long, value_parser = parse_duration, default_value = "1s")]
+    deadline: Duration,
+    /// Overload study: run the service on these CPUs only (a taskset list,
+    /// e.g. `0`); run sticky-bench itself, and so Redis, on the others.
+    #[arg(long)]
+    server_cpus: Option<String>,
     /// Where logs, report.md and report.json go.
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
     #[command(flatten)]
     workload: WorkloadArgs,
+}
+
+async fn overload_study(args: Args) -> ExitCode {
+    let spec = OverloadSpec {
+        duration: args.duration,
+        warmup: args.warmup,
+        connections: args.connections,
+        workers: args.workers,
+        deadline: args.deadline,
+        pool_size: args.pool_size,
+        workload: args.workload,
+        service_env: args.service_env,
+        redis_server: args.redis_server,
+        service_bin: args.service_bin,
+        server_cpus: args.server_cpus,
+        out_dir: args.out.clone(),
+    };
+    match overload(spec).await {
+        Ok(study) => {
+            let markdown = study.markdown();
+            println!("{markdown}");
+            write_reports(&args.out, "overload", &markdown, &study);
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("sticky-bench: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `NAME.md` and `NAME.json` in `dir`; a failure is reported, not fatal.
+fn write_reports(dir: &Path, name: &str, markdown: &str, report: &impl serde::Serialize) {
+    let written = std::fs::write(dir.join(format!("{name}.md")), markdown).and_then(|()| {
+        let json = serde_json::to_string_pretty(report).map_err(std::io::Error::other)?;
+        std::fs::write(dir.join(format!("{name}.json")), json)
+    });
+    if let Err(error) = written {
+        eprintln!("sticky-bench: cannot write the report files: {error}");
+    }
 }
 
 fn cpus() -> usize {
@@ -70,6 +125,9 @@ fn parse_env(text: &str) -> Result<(String, String), String> {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    if args.overload {
+        return overload_study(args).await;
+    }
     let spec = CompareSpec {
         duration: args.duration,
         warmup: args.warmup,
@@ -89,14 +147,7 @@ async fn main() -> ExitCode {
         Ok(comparison) => {
             let markdown = comparison.markdown();
             println!("{markdown}");
-            let written = std::fs::write(args.out.join("report.md"), &markdown).and_then(|()| {
-                let json =
-                    serde_json::to_string_pretty(&comparison).map_err(std::io::Error::other)?;
-                std::fs::write(args.out.join("report.json"), json)
-            });
-            if let Err(error) = written {
-                eprintln!("sticky-bench: cannot write the report files: {error}");
-            }
+            write_reports(&args.out, "report", &markdown, &comparison);
             ExitCode::SUCCESS
         }
         Err(error) => {
