@@ -27,9 +27,10 @@ struct Args {
     /// Concurrent workers.
     #[arg(short = 'c', long, default_value_t = 50)]
     concurrency: usize,
-    /// HTTP/2 connections the workers share.
-    #[arg(long, default_value_t = 1)]
-    connections: usize,
+    /// HTTP/2 connections the workers share (default: 1; the overload
+    /// study: 4, as several orchestrator pods would open).
+    #[arg(long)]
+    connections: Option<usize>,
     /// Redis pool size of the service and of the storage floor.
     #[arg(long, default_value_t = 2)]
     pool_size: usize,
@@ -76,7 +77,7 @@ async fn overload_study(args: Args) -> ExitCode {
     let spec = OverloadSpec {
         duration: args.duration,
         warmup: args.warmup,
-        connections: args.connections,
+        connections: args.connections.unwrap_or(4),
         workers: args.workers,
         deadline: args.deadline,
         pool_size: args.pool_size,
@@ -132,7 +133,7 @@ async fn main() -> ExitCode {
         duration: args.duration,
         warmup: args.warmup,
         concurrency: args.concurrency,
-        connections: args.connections,
+        connections: args.connections.unwrap_or(1),
         pool_size: args.pool_size,
         worker_threads: args.worker_threads,
         workload: args.workload,
