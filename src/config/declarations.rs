@@ -134,7 +134,7 @@ settings! {
     MIN_PIN_COUNT: i64 = About::new("min_pin_count", Text("1"), "smallest count that can be pinned, at least 1"), |t| whole_number(t, 1, i64::MAX);
     MIN_SCORE_RATIO: ScoreRatio = About::new("min_score_ratio", Text("0.5"), "health veto: share of the top live score a pin\nneeds, 0 to 1; 0 turns the veto off"), parse_score_ratio;
     SHUTDOWN_GRACE: Duration = About::new("shutdown_grace", Text("20s"), "drain time after SIGTERM"), parse_duration;
-    MAX_IN_FLIGHT: usize = About::new("max_in_flight", Text("1024"), "StickyRouting calls in progress on this server;\npast it calls get RESOURCE_EXHAUSTED, 1 to 1000000"), |t| whole_number(t, 1, 1_000_000);
+    MAX_IN_FLIGHT: usize = About::new("max_in_flight", Text("256"), "StickyRouting calls in progress on this server;\npast it calls get RESOURCE_EXHAUSTED, 1 to 1000000"), |t| whole_number(t, 1, 1_000_000);
     MAX_CONNECTION_AGE: Duration = About::new("max_connection_age", Text("5m"), "GOAWAY a connection this old (±10 %), so\nclients spread over new pods"), parse_positive_duration;
     MAX_CONNECTION_AGE_GRACE: Duration = About::new("max_connection_age_grace", Text("10s"), "time a connection past its age has to finish"), parse_duration;
     WORKER_THREADS: usize = About::new("worker_threads", Cpus, "runtime threads, 1 to 1024"), |t| whole_number(t, 1, 1024);

@@ -15,7 +15,7 @@ struct Args {
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
     /// Same meaning and default as the service's STICKY_ROUTING_MAX_IN_FLIGHT.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 256)]
     max_in_flight: usize,
     /// Tokio worker threads, as the service's WORKER_THREADS (default: CPUs).
     #[arg(long)]
