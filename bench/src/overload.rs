@@ -36,9 +36,9 @@ pub struct OverloadSpec {
     pub duration: Duration,
     pub warmup: Duration,
     pub connections: usize,
-    /// Open-loop workers: enough that each sends far less often than its
-    /// calls take, so that a slow answer does not thin the offered load.
-    pub workers: usize,
+    /// Open-loop dispatchers, spread over the connections; each call runs in
+    /// a task of its own ([`run::run_unbounded`]).
+    pub dispatchers: usize,
     /// The deadline every call carries.
     pub deadline: Duration,
     pub pool_size: usize,
@@ -113,7 +113,7 @@ pub async fn overload(mut spec: OverloadSpec) -> Result<OverloadStudy, BoxError>
     let mut capacity_runs = Vec::new();
     for concurrency in CAPACITY_CONCURRENCY {
         eprintln!("overload: capacity, closed loop, {concurrency} in flight");
-        let result = measure(&spec, &target, &generator, concurrency, None).await?;
+        let result = closed_loop(&spec, &target, &generator, concurrency).await?;
         capacity_runs.push((
             concurrency,
             Report::new(format!("closed loop, {concurrency} in flight"), &result),
@@ -128,16 +128,16 @@ pub async fn overload(mut spec: OverloadSpec) -> Result<OverloadStudy, BoxError>
     for factor in FACTORS {
         let offered = capacity * factor;
         eprintln!("overload: {factor}C = {offered:.0} calls/s, open loop");
-        let result = measure(&spec, &target, &generator, spec.workers, Some(offered)).await?;
+        let result = open_loop(&spec, &target, &generator, offered).await?;
         steps.push(step(factor, offered, &result));
     }
     target.close().await;
     drop((service, redis));
     let checks = checks(capacity, &steps);
     let setup = format!(
-        "RecordOutcome on existing customers; {} connections; {} open-loop workers; deadline {:?}; {} s per run after {} s of warm-up; service on CPUs {}; Redis pool {}",
+        "RecordOutcome on existing customers; {} connections; open loop from {} dispatchers, a task per call; deadline {:?}; {} s per run after {} s of warm-up; service on CPUs {}; Redis pool {}",
         spec.connections,
-        spec.workers,
+        spec.dispatchers,
         spec.deadline,
         spec.duration.as_secs(),
         spec.warmup.as_secs(),
@@ -154,24 +154,47 @@ pub async fn overload(mut spec: OverloadSpec) -> Result<OverloadStudy, BoxError>
     })
 }
 
-/// A warm-up, then a measured run, at `rate` (open loop) or closed loop.
-async fn measure(
+/// A warm-up, then a measured run, closed loop with `concurrency` workers.
+async fn closed_loop(
     spec: &OverloadSpec,
     target: &Target,
     generator: &Arc<Generator>,
     concurrency: usize,
-    rate: Option<f64>,
 ) -> Result<RunResult, BoxError> {
     let run_spec = |length, seed| RunSpec {
         concurrency,
         stop: Stop::After(length),
-        rate,
+        rate: None,
         seed,
     };
     if !spec.warmup.is_zero() {
         run::run(target, Arc::clone(generator), run_spec(spec.warmup, 7)).await?;
     }
     run::run(target, Arc::clone(generator), run_spec(spec.duration, 1)).await
+}
+
+/// A warm-up, then a measured run, open loop at `rate` with nothing
+/// bounding the calls in flight.
+async fn open_loop(
+    spec: &OverloadSpec,
+    target: &Target,
+    generator: &Arc<Generator>,
+    rate: f64,
+) -> Result<RunResult, BoxError> {
+    let dispatchers = spec.dispatchers;
+    if !spec.warmup.is_zero() {
+        let warmup = Arc::clone(generator);
+        run::run_unbounded(target, warmup, dispatchers, rate, spec.warmup, 7).await?;
+    }
+    run::run_unbounded(
+        target,
+        Arc::clone(generator),
+        dispatchers,
+        rate,
+        spec.duration,
+        1,
+    )
+    .await
 }
 
 fn ok_rate(report: &Report) -> f64 {

@@ -151,6 +151,103 @@ pub async fn run(
     merge(tasks, started).await
 }
 
+/// Open loop without workers: `dispatchers` tasks each send their share of
+/// `rate` on schedule and put every call in a task of its own, so a slow
+/// answer never delays the next send and nothing bounds the calls in
+/// flight, as with many independent clients. (In [`run`]'s open loop a
+/// worker whose call is slow sends its next one late; at several times a
+/// server's capacity that thins the load it is meant to measure.)
+///
+/// A dispatcher sleeps only until its next call is due and then sends
+/// every call due by then, so tokio's 1 ms timer makes bursts of at most
+/// a millisecond's calls, not a slower rate. `late` counts the calls sent
+/// more than [`LATE`] behind schedule: the generator falling behind.
+pub async fn run_unbounded(
+    target: &Target,
+    generator: Arc<Generator>,
+    dispatchers: usize,
+    rate: f64,
+    length: Duration,
+    seed: u64,
+) -> Result<RunResult, BoxError> {
+    let started = Instant::now();
+    let dispatchers = dispatchers.max(1);
+    let mut tasks = Vec::with_capacity(dispatchers);
+    for index in 0..dispatchers {
+        let worker = target.for_worker(index);
+        let generator = Arc::clone(&generator);
+        tasks.push(tokio::spawn(async move {
+            let mut rng = SmallRng::seed_from_u64(seed.wrapping_add(index as u64));
+            let mut tally = Tally::default();
+            let mut calls = tokio::task::JoinSet::new();
+            for k in 0u64.. {
+                // Dispatcher d's k-th call is the (k·dispatchers + d)-th overall.
+                #[allow(clippy::cast_precision_loss)]
+                let nth = (k * dispatchers as u64 + index as u64) as f64;
+                let due = started + Duration::from_secs_f64(nth / rate);
+                if due.duration_since(started) >= length {
+                    break;
+                }
+                let now = Instant::now();
+                if due > now {
+                    tokio::time::sleep_until(due.into()).await;
+                } else if now > due + LATE {
+                    tally.late += 1;
+                }
+                let call = generator.next(&mut rng);
+                let mut worker = worker.clone();
+                calls.spawn(async move {
+                    let sent = Instant::now();
+                    let code = worker.send(call).await;
+                    (code, sent.elapsed())
+                });
+                while let Some(done) = calls.try_join_next() {
+                    tally.add(done);
+                }
+            }
+            while let Some(done) = calls.join_next().await {
+                tally.add(done);
+            }
+            (tally.latency, tally.statuses, tally.late, tally.by_status)
+        }));
+    }
+    let mut result = merge(tasks, started).await?;
+    // Rates over the sending window: the last answers may come up to a
+    // deadline later, and they were offered within it.
+    result.elapsed = length;
+    Ok(result)
+}
+
+/// What one dispatcher saw.
+struct Tally {
+    latency: Histogram<u64>,
+    statuses: [u64; 17],
+    late: u64,
+    by_status: PerStatus,
+}
+
+impl Default for Tally {
+    fn default() -> Self {
+        Self {
+            latency: new_histogram(),
+            statuses: [0; 17],
+            late: 0,
+            by_status: PerStatus::default(),
+        }
+    }
+}
+
+impl Tally {
+    fn add(&mut self, done: Result<(Code, Duration), tokio::task::JoinError>) {
+        // A call task cannot panic short of a bug in the client; count it
+        // as the client counts a call it could not finish.
+        let (code, took) = done.unwrap_or((Code::Cancelled, Duration::ZERO));
+        record(&mut self.latency, took);
+        record(self.by_status.of(code), took);
+        self.statuses[code as usize] += 1;
+    }
+}
+
 /// Records one success for every (customer, combo), `concurrency` at a
 /// time, so that a measured run meets existing customers only.
 pub async fn fill(

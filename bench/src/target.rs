@@ -130,6 +130,7 @@ impl Target {
 }
 
 /// One worker's connection to the target.
+#[derive(Clone)]
 pub enum Worker {
     Grpc {
         client: StickyRoutingClient<Channel>,

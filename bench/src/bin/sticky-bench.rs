@@ -56,9 +56,10 @@ struct Args {
     /// Run the overload study instead: capacity C, then 0.5C to 5C offered.
     #[arg(long)]
     overload: bool,
-    /// Overload study: open-loop workers.
-    #[arg(long, default_value_t = 1024)]
-    workers: usize,
+    /// Overload study: open-loop dispatchers (each call runs in a task of
+    /// its own, so nothing bounds the calls in flight).
+    #[arg(long, default_value_t = 16)]
+    dispatchers: usize,
     /// Overload study: the deadline of every call.
     #[arg(long, value_parser = parse_duration, default_value = "1s")]
     deadline: Duration,
@@ -78,7 +79,7 @@ async fn overload_study(args: Args) -> ExitCode {
         duration: args.duration,
         warmup: args.warmup,
         connections: args.connections.unwrap_or(4),
-        workers: args.workers,
+        dispatchers: args.dispatchers,
         deadline: args.deadline,
         pool_size: args.pool_size,
         workload: args.workload,
