@@ -83,9 +83,10 @@ impl Checker {
         }
         match setting.about.default {
             Fallback::Text(text) => self.parse(setting, key, text),
-            Fallback::Cpus => {
-                let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-                self.parse(setting, key, &cpus.to_string())
+            Fallback::Cpus => self.parse(setting, key, &cpus().to_string()),
+            Fallback::PerCpu(n) => {
+                let value = n.saturating_mul(cpus());
+                self.parse(setting, key, &value.to_string())
             }
             Fallback::Follows(_) | Fallback::Unset(_) => {
                 self.problems.push(format!(
@@ -270,4 +271,9 @@ fn redis_key(setting: RedisSetting) -> &'static str {
         RedisSetting::TlsKeyFile => &declared::REDIS_TLS_KEY_FILE.about,
     };
     declared.key
+}
+
+/// The CPUs this process may run on (its affinity, on Linux).
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }

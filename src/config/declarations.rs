@@ -38,6 +38,8 @@ pub(super) enum Fallback {
     Text(&'static str),
     /// The number of CPUs.
     Cpus,
+    /// This many per CPU.
+    PerCpu(usize),
     /// The value of the setting with this key.
     Follows(&'static str),
     /// Not set; the text says what that means, if anything.
@@ -90,6 +92,7 @@ impl About {
         match self.default {
             Fallback::Text(text) => Some(text.to_owned()),
             Fallback::Cpus => Some("number of CPUs".to_owned()),
+            Fallback::PerCpu(n) => Some(format!("{n} per CPU")),
             Fallback::Follows(key) => Some(format!("{ENV_PREFIX}{}", key.to_ascii_uppercase())),
             Fallback::Unset("") => None,
             Fallback::Unset(meaning) => Some(meaning.to_owned()),
@@ -107,7 +110,7 @@ macro_rules! settings {
     };
 }
 
-use Fallback::{Cpus, Follows, Text, Unset};
+use Fallback::{Cpus, Follows, PerCpu, Text, Unset};
 
 settings! {
     LISTEN_ADDR: SocketAddr = About::new("listen_addr", Text("0.0.0.0:50051"), "gRPC address"), parse_addr;
@@ -134,7 +137,7 @@ settings! {
     MIN_PIN_COUNT: i64 = About::new("min_pin_count", Text("1"), "smallest count that can be pinned, at least 1"), |t| whole_number(t, 1, i64::MAX);
     MIN_SCORE_RATIO: ScoreRatio = About::new("min_score_ratio", Text("0.5"), "health veto: share of the top live score a pin\nneeds, 0 to 1; 0 turns the veto off"), parse_score_ratio;
     SHUTDOWN_GRACE: Duration = About::new("shutdown_grace", Text("20s"), "drain time after SIGTERM"), parse_duration;
-    MAX_IN_FLIGHT: usize = About::new("max_in_flight", Text("256"), "StickyRouting calls in progress on this server;\npast it calls get RESOURCE_EXHAUSTED, 1 to 1000000"), |t| whole_number(t, 1, 1_000_000);
+    MAX_IN_FLIGHT: usize = About::new("max_in_flight", PerCpu(128), "StickyRouting calls in progress on this server;\npast it calls get RESOURCE_EXHAUSTED, 1 to 1000000"), |t| whole_number(t, 1, 1_000_000);
     MAX_CONNECTION_AGE: Duration = About::new("max_connection_age", Text("5m"), "GOAWAY a connection this old (±10 %), so\nclients spread over new pods"), parse_positive_duration;
     MAX_CONNECTION_AGE_GRACE: Duration = About::new("max_connection_age_grace", Text("10s"), "time a connection past its age has to finish"), parse_duration;
     WORKER_THREADS: usize = About::new("worker_threads", Cpus, "runtime threads, 1 to 1024"), |t| whole_number(t, 1, 1024);

@@ -14,7 +14,8 @@ struct Args {
     /// Where to listen; port 0 picks a free one.
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
-    /// Same meaning and default as the service's STICKY_ROUTING_MAX_IN_FLIGHT.
+    /// Same meaning as the service's STICKY_ROUTING_MAX_IN_FLIGHT (whose default,
+    /// 128 per CPU, is 256 on a 2-core machine).
     #[arg(long, default_value_t = 256)]
     max_in_flight: usize,
     /// Tokio worker threads, as the service's WORKER_THREADS (default: CPUs).
