@@ -6,6 +6,7 @@
 //! the caller's back (a lost reply after HINCRBY would otherwise count
 //! twice), and every call has a timeout no longer than the caller's deadline.
 
+mod cluster;
 mod error;
 mod scripts;
 mod sentinel_watch;

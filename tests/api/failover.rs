@@ -10,9 +10,11 @@
 //! RecordOutcome whose write may have been applied. INTERNAL, or a failure
 //! on a healthy Redis, is a bug the test must catch.
 
+use std::ops::RangeInclusive;
 use std::time::{Duration, Instant};
 
 use fred::prelude::HashesInterface;
+use fred::util::redis_keyslot;
 use tokio::sync::watch;
 use tonic::Code;
 
@@ -72,6 +74,17 @@ async fn promoted(candidates: Vec<u16>, within: Duration) -> (Instant, u16) {
     .unwrap()
 }
 
+/// What a failover under load did, for the test to judge further.
+struct FailoverRun {
+    report: LoadReport,
+    /// When the failover was triggered.
+    started: Instant,
+    /// When the replica was seen promoted.
+    promoted_at: Instant,
+    /// Acknowledged increments that Redis no longer holds.
+    lost: i64,
+}
+
 /// Starts the load, runs `failover` one second in, keeps the load going
 /// until `RECOVERY` plus 3 s after the promotion it returns (with the port
 /// of the promoted replica), then checks and reports.
@@ -79,7 +92,7 @@ async fn under_load(
     app: &mut TestApp,
     name: &str,
     failover: impl AsyncFnOnce(&mut TestApp) -> (Instant, u16),
-) -> i64 {
+) -> FailoverRun {
     let seeded = load::seed(app, CUSTOMERS).await;
     let (stop_tx, stop_rx) = watch::channel(false);
     let api = deadline_blind_api(app.addr);
@@ -145,8 +158,14 @@ async fn under_load(
         "{name}: the service did not serve after recovering"
     );
     app.assert_every_key_has_a_ttl().await;
-    lost
+    FailoverRun {
+        report,
+        started,
+        promoted_at,
+        lost,
+    }
 }
+
 
 /// Fails the test for a call that failed on a healthy Redis (before the
 /// failover began at `started`) or with a code a failover does not explain.
@@ -225,24 +244,156 @@ async fn reconcile(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_cluster_primary_is_replaced_without_restarting_the_service() {
     let mut app = app_on(Topology::Cluster).await;
-    under_load(
+    let cluster = app.redis.cluster();
+    let victim = cluster.primaries()[0];
+    // Which primary owns which slots, before the kill.
+    let owners: Vec<(u16, Vec<RangeInclusive<u16>>)> = cluster
+        .primaries()
+        .into_iter()
+        .map(|port| (port, owned_slots(port)))
+        .collect();
+    let run = under_load(
         &mut app,
         "cluster kill -9 primary",
-        async |app: &mut TestApp| {
+        async move |app: &mut TestApp| {
             let cluster = app.redis.cluster();
-            let victim = cluster.primaries()[0];
             let heir = cluster.replica_of(victim);
             cluster.node(victim).stop();
             promoted(vec![heir], Duration::from_secs(20)).await
         },
     )
     .await;
+    let shard_of = |customer: usize| {
+        let slot = redis_keyslot(format!("sticky_gw_m1_{}", load::customer(customer)).as_bytes());
+        owners
+            .iter()
+            .find(|(_, ranges)| ranges.iter().any(|r| r.contains(&slot)))
+            .map(|(port, _)| *port)
+            .unwrap()
+    };
+    let mut failed_per_shard: Vec<(u16, usize)> = owners.iter().map(|(p, _)| (*p, 0)).collect();
+    let mut healthy_codes = std::collections::BTreeMap::<String, usize>::new();
+    for failure in &run.report.failures {
+        let shard = shard_of(failure.customer);
+        failed_per_shard.iter_mut().find(|(p, _)| *p == shard).unwrap().1 += 1;
+        if shard != victim {
+            *healthy_codes
+                .entry(format!("{} {:?}", failure.rpc, failure.code))
+                .or_default() += 1;
+        }
+    }
+    // The healthy shards' latency before the kill, and from the kill until
+    // a second after the promotion (the whole failover).
+    let healthy = |s: &&load::Success| shard_of(s.customer) != victim;
+    let before: Vec<Duration> = run
+        .report
+        .successes
+        .iter()
+        .filter(healthy)
+        .filter(|s| s.at < run.started)
+        .map(|s| s.took)
+        .collect();
+    let during: Vec<Duration> = run
+        .report
+        .successes
+        .iter()
+        .filter(healthy)
+        .filter(|s| s.at > run.started && s.at < run.promoted_at + Duration::from_secs(1))
+        .map(|s| s.took)
+        .collect();
+    let (before, during) = (Latencies::of(before), Latencies::of(during));
+    println!(
+        "FAILOVER cluster per shard: victim={victim} failed_per_shard={failed_per_shard:?} \
+         healthy_before={before} healthy_during={during} healthy_failures={healthy_codes:?}"
+    );
+    let healthy_failures: Vec<_> = run
+        .report
+        .failures
+        .iter()
+        .filter(|f| shard_of(f.customer) != victim)
+        .collect();
+    assert!(
+        healthy_failures.is_empty(),
+        "{} calls for keys on the healthy shards failed during the failover (per shard: \
+         {failed_per_shard:?}), first {:?}",
+        healthy_failures.len(),
+        healthy_failures.first()
+    );
+    assert!(
+        during.p99 <= usual_bound(before.p99),
+        "the healthy shards' p99 rose from {:?} to {:?} during the failover (bound {:?})",
+        before.p99,
+        during.p99,
+        usual_bound(before.p99)
+    );
+}
+
+/// The slots `port` serves, from its own CLUSTER NODES line.
+fn owned_slots(port: u16) -> Vec<RangeInclusive<u16>> {
+    let nodes = redis_cli(port, &["cluster", "nodes"]);
+    let line = nodes.lines().find(|l| l.contains("myself")).unwrap();
+    line.split_whitespace()
+        .skip(8)
+        .filter(|field| !field.starts_with('['))
+        .map(|field| match field.split_once('-') {
+            Some((a, b)) => a.parse().unwrap()..=b.parse().unwrap(),
+            None => {
+                let slot = field.parse().unwrap();
+                slot..=slot
+            }
+        })
+        .collect()
+}
+
+/// A latency summary.
+struct Latencies {
+    count: usize,
+    p50: Duration,
+    p99: Duration,
+    max: Duration,
+}
+
+impl Latencies {
+    fn of(mut samples: Vec<Duration>) -> Self {
+        samples.sort();
+        let at = |q: f64| {
+            samples
+                .get(((samples.len() as f64 * q) as usize).min(samples.len().saturating_sub(1)))
+                .copied()
+                .unwrap_or_default()
+        };
+        Self {
+            count: samples.len(),
+            p50: at(0.50),
+            p99: at(0.99),
+            max: samples.last().copied().unwrap_or_default(),
+        }
+    }
+}
+
+impl std::fmt::Display for Latencies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "(n={} p50={:?} p99={:?} max={:?})",
+            self.count, self.p50, self.p99, self.max
+        )
+    }
+}
+
+/// The most the healthy shards' p99 may reach during a failover: "usual"
+/// latency, allowing for what the failover itself costs a shared 2-core
+/// machine that runs six Redis nodes, the service and the load.
+fn usual_bound(before: Duration) -> Duration {
+    (before * 3).max(before + Duration::from_millis(50))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sentinel_failover_is_followed_without_restarting_the_service() {
     let mut app = app_on(Topology::Sentinel).await;
-    let lost = under_load(&mut app, "sentinel failover", sentinel_failover).await;
+    let lost = under_load(&mut app, "sentinel failover", sentinel_failover)
+        .await
+        .lost;
     // Writes are fenced from Sentinel's announcement of the promotion until
     // the service reaches the new primary, so the old primary acknowledges
     // nothing that its resync will discard.

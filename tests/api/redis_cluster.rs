@@ -55,6 +55,8 @@ impl RedisCluster {
                         "1000",
                         "--cluster-replica-validity-factor",
                         "0",
+                        "--cluster-require-full-coverage",
+                        std::env::var("TEST_FULL_COVERAGE").as_deref().unwrap_or("no"),
                         "--repl-diskless-sync-delay",
                         "0",
                     ]
