@@ -166,7 +166,6 @@ async fn under_load(
     }
 }
 
-
 /// Fails the test for a call that failed on a healthy Redis (before the
 /// failover began at `started`) or with a code a failover does not explain.
 fn assert_allowed(name: &str, failure: &Failure, started: Instant) {
@@ -275,7 +274,11 @@ async fn a_killed_cluster_primary_is_replaced_without_restarting_the_service() {
     let mut healthy_codes = std::collections::BTreeMap::<String, usize>::new();
     for failure in &run.report.failures {
         let shard = shard_of(failure.customer);
-        failed_per_shard.iter_mut().find(|(p, _)| *p == shard).unwrap().1 += 1;
+        failed_per_shard
+            .iter_mut()
+            .find(|(p, _)| *p == shard)
+            .unwrap()
+            .1 += 1;
         if shard != victim {
             *healthy_codes
                 .entry(format!("{} {:?}", failure.rpc, failure.code))
