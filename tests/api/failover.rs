@@ -20,7 +20,7 @@ use tonic::Code;
 
 use crate::helpers::*;
 use crate::load::{self, Failure, LoadReport};
-use crate::redis_cluster::role;
+use crate::redis_cluster::{owned_slots, role};
 use crate::redis_server::{redis_cli, wait_for};
 
 const CUSTOMERS: usize = 300;
@@ -77,6 +77,8 @@ async fn promoted(candidates: Vec<u16>, within: Duration) -> (Instant, u16) {
 /// What a failover under load did, for the test to judge further.
 struct FailoverRun {
     report: LoadReport,
+    /// Both health statuses, polled every [`POLL`] while the load ran.
+    health: Vec<HealthSample>,
     /// When the failover was triggered.
     started: Instant,
     /// When the replica was seen promoted.
@@ -96,6 +98,7 @@ async fn under_load(
     let seeded = load::seed(app, CUSTOMERS).await;
     let (stop_tx, stop_rx) = watch::channel(false);
     let api = deadline_blind_api(app.addr);
+    let watching = tokio::spawn(watch_health(app.health.clone(), stop_rx.clone()));
     let running = tokio::spawn(load::drive(api, WORKERS, CUSTOMERS, stop_rx));
     tokio::time::sleep(Duration::from_secs(1)).await;
     let started = Instant::now();
@@ -104,6 +107,7 @@ async fn under_load(
     tokio::time::sleep_until((promoted_at + RECOVERY + Duration::from_secs(3)).into()).await;
     stop_tx.send(true).unwrap();
     let report = running.await.unwrap();
+    let health = watching.await.unwrap();
 
     let last_failure = report.failures.iter().map(|f| f.at).max();
     let late_successes = report
@@ -158,12 +162,49 @@ async fn under_load(
         "{name}: the service did not serve after recovering"
     );
     app.assert_every_key_has_a_ttl().await;
+    // Kubernetes readiness follows "": a shard's failover must never take
+    // the pods out of rotation.
+    let flipped: Vec<_> = health.iter().filter(|s| s.process != SERVING).collect();
+    assert!(
+        flipped.is_empty(),
+        "{name}: health \"\" left SERVING during the failover: {:?}",
+        flipped.first()
+    );
     FailoverRun {
         report,
+        health,
         started,
         promoted_at,
         lost,
     }
+}
+
+/// Both health statuses at one moment.
+#[derive(Debug, Clone, Copy)]
+struct HealthSample {
+    at: Instant,
+    /// Service "" (Kubernetes readiness and liveness).
+    process: i32,
+    /// Service `sticky_routing.v1.StickyRouting` (Redis answers).
+    api: i32,
+}
+
+/// Polls both health statuses until `stop` turns true.
+async fn watch_health(
+    health: tonic_health::pb::health_client::HealthClient<tonic::transport::Channel>,
+    stop: watch::Receiver<bool>,
+) -> Vec<HealthSample> {
+    let mut samples = Vec::new();
+    while !*stop.borrow() {
+        let (process, api) = tokio::join!(health_status(&health, ""), health_status(&health, API));
+        samples.push(HealthSample {
+            at: Instant::now(),
+            process,
+            api,
+        });
+        tokio::time::sleep(POLL).await;
+    }
+    samples
 }
 
 /// Fails the test for a call that failed on a healthy Redis (before the
@@ -322,6 +363,23 @@ async fn a_killed_cluster_primary_is_replaced_without_restarting_the_service() {
         healthy_failures.len(),
         healthy_failures.first()
     );
+    // The API's status names the dead primary until its replica serves.
+    let api_off = run
+        .health
+        .iter()
+        .filter(|s| s.at > run.started && s.api != SERVING)
+        .count();
+    let api_on_at_end = run.health.last().map(|s| s.api);
+    println!(
+        "FAILOVER cluster health: {API} not serving in {api_off} of {} polls",
+        run.health.len()
+    );
+    assert!(api_off > 0, "{API} stayed SERVING while a primary was dead");
+    assert_eq!(
+        api_on_at_end,
+        Some(SERVING),
+        "{API} did not come back after the promotion"
+    );
     assert!(
         during.p99 <= usual_bound(before.p99),
         "the healthy shards' p99 rose from {:?} to {:?} during the failover (bound {:?})",
@@ -329,23 +387,6 @@ async fn a_killed_cluster_primary_is_replaced_without_restarting_the_service() {
         during.p99,
         usual_bound(before.p99)
     );
-}
-
-/// The slots `port` serves, from its own CLUSTER NODES line.
-fn owned_slots(port: u16) -> Vec<RangeInclusive<u16>> {
-    let nodes = redis_cli(port, &["cluster", "nodes"]);
-    let line = nodes.lines().find(|l| l.contains("myself")).unwrap();
-    line.split_whitespace()
-        .skip(8)
-        .filter(|field| !field.starts_with('['))
-        .map(|field| match field.split_once('-') {
-            Some((a, b)) => a.parse().unwrap()..=b.parse().unwrap(),
-            None => {
-                let slot = field.parse().unwrap();
-                slot..=slot
-            }
-        })
-        .collect()
 }
 
 /// A latency summary.

@@ -11,6 +11,7 @@
 //! from the moment a primary is marked failed until its replica is promoted,
 //! and no client can keep the healthy shards serving.
 
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use crate::redis_server::{RedisServer, ServerOptions, redis_cli, wait_for};
@@ -157,6 +158,23 @@ impl RedisCluster {
                 .then_some(())
         });
     }
+}
+
+/// The slots `port` serves, from its own CLUSTER NODES line.
+pub fn owned_slots(port: u16) -> Vec<RangeInclusive<u16>> {
+    let nodes = redis_cli(port, &["cluster", "nodes"]);
+    let line = nodes.lines().find(|l| l.contains("myself")).unwrap();
+    line.split_whitespace()
+        .skip(8)
+        .filter(|field| !field.starts_with('['))
+        .map(|field| match field.split_once('-') {
+            Some((a, b)) => a.parse().unwrap()..=b.parse().unwrap(),
+            None => {
+                let slot = field.parse().unwrap();
+                slot..=slot
+            }
+        })
+        .collect()
 }
 
 /// `master` or `slave`, from ROLE.
