@@ -15,6 +15,7 @@ use tonic::{Code, Status};
 
 use crate::helpers::*;
 use crate::redis_cluster::owned_slots;
+use crate::redis_server::redis_cli;
 
 /// Runs `call`, bounded so a hang fails the test, and returns its result with
 /// how long it took.
@@ -214,16 +215,27 @@ async fn the_service_starts_without_redis_and_becomes_ready_when_it_comes() {
 
 /// A frozen primary (SIGSTOP: it keeps its connections and answers nothing,
 /// like a Redis stuck on a slow command) turns the API's status NOT_SERVING
-/// within one Redis timeout of the next check; liveness stays SERVING, and
-/// calls for keys on the other shards keep answering at once.
+/// within one Redis timeout of the next check, and keeps it there for as
+/// long as it hangs; liveness stays SERVING, and calls for keys on the other
+/// shards keep answering at once the whole time. Its replica is told not to
+/// take over, so the primary hangs for longer than fred's unresponsive
+/// timeout (2 s), after which fred's cluster client reconnected the whole
+/// client and every shard failed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_cluster_primary_turns_the_api_status_off_and_spares_the_other_shards() {
     let redis_timeout = Duration::from_millis(250);
+    let hung_for = Duration::from_secs(4);
     let mut app = spawn_app_on(Topology::Cluster, |s| {
         s.redis.command_timeout = redis_timeout;
     })
     .await;
-    let victim = app.redis.cluster().primaries()[0];
+    let cluster = app.redis.cluster();
+    let victim = cluster.primaries()[0];
+    let heir = cluster.replica_of(victim);
+    redis_cli(
+        heir,
+        &["config", "set", "cluster-replica-no-failover", "yes"],
+    );
     let victim_slots = owned_slots(victim);
     let elsewhere: Vec<String> = (0..100)
         .map(|i| format!("c{i}"))
@@ -248,19 +260,33 @@ async fn a_hung_cluster_primary_turns_the_api_status_off_and_spares_the_other_sh
         "a hung primary was noticed after {:?}",
         frozen.elapsed()
     );
-    assert_eq!(
-        app.health_status("").await,
-        SERVING,
-        "liveness followed redis"
-    );
-    for customer in &elsewhere {
-        let (answer, took) = timed(app.pin(pin_request(customer, &[]))).await;
-        let answer = answer.unwrap_or_else(|s| panic!("a healthy shard's GetPin failed: {s:?}"));
-        assert_eq!(answer.connector, "GIGADAT");
-        assert!(
-            took < redis_timeout,
-            "a healthy shard's GetPin took {took:?}"
+    while frozen.elapsed() < hung_for {
+        assert_eq!(
+            app.health_status(API).await,
+            NOT_SERVING,
+            "{API} turned SERVING {:?} into the hang",
+            frozen.elapsed()
         );
+        assert_eq!(
+            app.health_status("").await,
+            SERVING,
+            "liveness followed redis"
+        );
+        for customer in &elsewhere {
+            let (answer, took) = timed(app.pin(pin_request(customer, &[]))).await;
+            let answer = answer.unwrap_or_else(|s| {
+                panic!(
+                    "a healthy shard's GetPin failed {:?} into the hang: {s:?}",
+                    frozen.elapsed()
+                )
+            });
+            assert_eq!(answer.connector, "GIGADAT");
+            assert!(
+                took < redis_timeout,
+                "a healthy shard's GetPin took {took:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
     app.redis.cluster().node(victim).signal("-CONT");
