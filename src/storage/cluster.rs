@@ -24,10 +24,14 @@
 //! Redirections: MOVED means the command did not run, so the call is sent
 //! once more to the named primary when the table knows it (a resharding
 //! between known primaries); otherwise it is refused (UNAVAILABLE, nothing
-//! applied) and the table refreshed. ASK (a slot half-way through a
-//! migration) is refused the same way: following it needs ASKING on the
-//! same connection just before the command, which a shared pool cannot
-//! promise.
+//! applied) and the table refreshed. ASK (a key already moved while its slot
+//! migrates) is refused the same way: following it needs ASKING on the same
+//! connection just before the command, which a shared pool cannot promise.
+//! fred's cluster client did no better: with one write attempt per command
+//! it answered both MOVED and ASK with an error that reads as a lost
+//! connection (so UNKNOWN, though nothing ran), and with more attempts it
+//! sends ASKING to the new owner but the command again to the old one until
+//! it runs out of redirections (tests/api/failover.rs, the resharding test).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use fred::prelude::HashesInterface;
 use fred::util::redis_keyslot;
+use sticky_routing::transport::pb;
 use tokio::sync::watch;
 use tonic::Code;
 
@@ -457,4 +458,98 @@ async fn a_sentinel_failover_is_followed_without_restarting_the_service() {
         "sentinel connections outlive the service",
         || (sentinel.service_clients() == 0).then_some(()),
     );
+}
+
+/// A slot moving to another primary (a resharding) while the service's slot
+/// table still names the old one. Once the slot is the new owner's, the old
+/// one answers MOVED, which means the command did not run: the service sends
+/// it once more to the new owner, and the call succeeds. Half-way through
+/// the slot's migration, a key already moved gets ASK, which the service
+/// does not follow (it would need ASKING on the same connection just before
+/// the command; fred 10.1's cluster client sends ASKING to the new owner but
+/// the command again to the old one, until it runs out of redirections): that
+/// call answers UNAVAILABLE, and indeed nothing was applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resharded_slot_is_followed_and_a_migrating_key_is_refused_honestly() {
+    let mut app = app_on(Topology::Cluster).await;
+    let customer = "resharded";
+    let key = format!("sticky_gw_m1_{customer}");
+    let slot = redis_keyslot(key.as_bytes());
+    app.success(customer, "GIGADAT").await;
+    let primaries = app.redis.cluster().primaries();
+    let source = *primaries
+        .iter()
+        .find(|port| owned_slots(**port).iter().any(|r| r.contains(&slot)))
+        .unwrap();
+    let target = *primaries.iter().find(|port| **port != source).unwrap();
+    let id = |port: u16| redis_cli(port, &["cluster", "myid"]).trim().to_owned();
+    let (source_id, target_id) = (id(source), id(target));
+    let slot_text = slot.to_string();
+    let ok = |port: u16, args: &[&str]| {
+        let reply = redis_cli(port, args);
+        assert!(reply.trim() == "OK", "{args:?} on {port}: {reply}");
+    };
+
+    // Migrating: the key is already on the target, the slot still the source's.
+    ok(
+        target,
+        &["cluster", "setslot", &slot_text, "importing", &source_id],
+    );
+    ok(
+        source,
+        &["cluster", "setslot", &slot_text, "migrating", &target_id],
+    );
+    let target_port = target.to_string();
+    ok(
+        source,
+        &[
+            "migrate",
+            "127.0.0.1",
+            &target_port,
+            "",
+            "0",
+            "5000",
+            "keys",
+            &key,
+        ],
+    );
+    let asked_before = error_count(source, "ASK");
+    let asked = app
+        .record(outcome("m1", customer, "GIGADAT", pb::Outcome::Success))
+        .await
+        .expect_err("a write for a migrating key succeeded without ASKING");
+    assert_eq!(asked.code(), Code::Unavailable, "{asked:?}");
+    assert!(
+        error_count(source, "ASK") > asked_before,
+        "the old owner answered no ASK: the test did not exercise it"
+    );
+
+    // Moved: the slot is the target's; the service's table does not know yet
+    // (the refresh that the ASK asked for has come and gone by then).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let moved_before = error_count(source, "MOVED");
+    for port in [target, source] {
+        ok(
+            port,
+            &["cluster", "setslot", &slot_text, "node", &target_id],
+        );
+    }
+    let stored = redis_cli(target, &["hget", &key, "INTERAC:RTP:GIGADAT"]);
+    assert_eq!(stored.trim(), "1", "the refused write was applied");
+    let recorded = app.success(customer, "GIGADAT").await;
+    assert_eq!((recorded.result, recorded.net_count), (APPLIED, 2));
+    assert!(
+        error_count(source, "MOVED") > moved_before,
+        "the old owner answered no MOVED: the test did not exercise it"
+    );
+    let pin = app.pin(pin_request(customer, &[])).await.unwrap();
+    assert_eq!((pin.connector.as_str(), pin.pinned), ("GIGADAT", true));
+}
+
+/// How many `code` errors `port` has replied since it started.
+fn error_count(port: u16, code: &str) -> u64 {
+    redis_cli(port, &["info", "errorstats"])
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("errorstat_{code}:count=")))
+        .map_or(0, |count| count.trim().parse().unwrap())
 }
