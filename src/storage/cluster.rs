@@ -235,18 +235,25 @@ impl Cluster {
                 .all(|node| node.pool.clients().iter().any(ClientLike::is_connected))
     }
 
-    /// `CLUSTER SLOTS` from the first known primary that answers, else from
-    /// the first of the URL's nodes that does.
+    /// `CLUSTER SLOTS` from whichever connected primary answers first (all
+    /// are asked at once, so a hung one costs nothing), else from the first
+    /// of the URL's nodes that answers.
     async fn discover(&self) -> Result<ClusterRouting, Error> {
         let mut last_error = Error::new(ErrorKind::Cluster, "no cluster node answered");
+        let timeout = self.redis.command_timeout.max(Duration::from_secs(1));
+        let mut asks = tokio::task::JoinSet::new();
         for node in &self.table().nodes {
             let client = node.pool.next_connected();
-            if !client.is_connected() {
-                continue;
+            if client.is_connected() {
+                let (client, server) = (client.clone(), node.server.clone());
+                asks.spawn(async move { cluster_slots(&client, &server, timeout).await });
             }
-            match self.cluster_slots(client, &node.server).await {
-                Ok(routing) => return Ok(routing),
-                Err(error) => last_error = error,
+        }
+        while let Some(answer) = asks.join_next().await {
+            match answer {
+                Ok(Ok(routing)) => return Ok(routing),
+                Ok(Err(error)) => last_error = error,
+                Err(_) => {}
             }
         }
         for seed in &self.seeds {
@@ -256,34 +263,6 @@ impl Cluster {
             }
         }
         Err(last_error)
-    }
-
-    /// `CLUSTER SLOTS` from `client`, connected to `server` (whose host
-    /// stands for the nodes the reply names without one).
-    async fn cluster_slots(
-        &self,
-        client: &Client,
-        server: &Server,
-    ) -> Result<ClusterRouting, Error> {
-        let options = Options {
-            max_attempts: Some(1),
-            timeout: Some(self.redis.command_timeout.max(Duration::from_secs(1))),
-            fail_fast: true,
-            ..Options::default()
-        };
-        let command = CustomCommand::new_static("CLUSTER", ClusterHash::FirstKey, false);
-        let reply: Value = client
-            .with_options(&options)
-            .custom(command, vec![Value::from("SLOTS")])
-            .await?;
-        let routing = ClusterRouting::from_cluster_slots(reply, server.host.clone())?;
-        if routing.slots().is_empty() {
-            return Err(Error::new(
-                ErrorKind::Cluster,
-                "CLUSTER SLOTS named no slot",
-            ));
-        }
-        Ok(routing)
     }
 
     /// Asks one of the URL's nodes on a short-lived connection of its own.
@@ -298,7 +277,7 @@ impl Cluster {
             .build()?;
         let connected = tokio::time::timeout(Duration::from_secs(3), client.init()).await;
         let result = match connected {
-            Ok(Ok(_)) => self.cluster_slots(&client, seed).await,
+            Ok(Ok(_)) => cluster_slots(&client, seed, Duration::from_secs(2)).await,
             Ok(Err(error)) => Err(error),
             Err(_) => Err(Error::new(
                 ErrorKind::Timeout,
@@ -410,4 +389,32 @@ impl Cluster {
             *last = Some(text);
         }
     }
+}
+
+/// `CLUSTER SLOTS` from `client`, connected to `server` (whose host stands
+/// for the nodes the reply names without one), within `timeout`.
+async fn cluster_slots(
+    client: &Client,
+    server: &Server,
+    timeout: Duration,
+) -> Result<ClusterRouting, Error> {
+    let options = Options {
+        max_attempts: Some(1),
+        timeout: Some(timeout),
+        fail_fast: true,
+        ..Options::default()
+    };
+    let command = CustomCommand::new_static("CLUSTER", ClusterHash::FirstKey, false);
+    let reply: Value = client
+        .with_options(&options)
+        .custom(command, vec![Value::from("SLOTS")])
+        .await?;
+    let routing = ClusterRouting::from_cluster_slots(reply, server.host.clone())?;
+    if routing.slots().is_empty() {
+        return Err(Error::new(
+            ErrorKind::Cluster,
+            "CLUSTER SLOTS named no slot",
+        ));
+    }
+    Ok(routing)
 }
