@@ -155,16 +155,19 @@ impl Cluster {
             .ok_or(NoRoute::NoOwner)
     }
 
-    /// The known primary at `host:port`, for a MOVED reply.
+    /// The known primary at `host:port`, for a MOVED reply. A reply without
+    /// a host (Redis's `unknown-endpoint`) names none: a port alone could be
+    /// any node's.
     pub(crate) fn node_at(&self, address: &str) -> Option<Arc<Node>> {
         let (host, port) = address.rsplit_once(':')?;
         let port: u16 = port.parse().ok()?;
+        if host.is_empty() {
+            return None;
+        }
         self.table()
             .nodes
             .iter()
-            .find(|node| {
-                node.server.port == port && (host.is_empty() || *node.server.host == *host)
-            })
+            .find(|node| node.server.port == port && *node.server.host == *host)
             .cloned()
     }
 

@@ -696,3 +696,25 @@ pub(super) async fn report_connection_errors(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_moved_reply_names_where_to_go() {
+        let error = |kind, details: &'static str| Error::new(kind, details);
+        assert_eq!(
+            moved_to(&error(ErrorKind::Cluster, "MOVED 3999 127.0.0.1:6381")),
+            Some("127.0.0.1:6381")
+        );
+        for (kind, details) in [
+            (ErrorKind::Cluster, "ASK 3999 127.0.0.1:6381"),
+            (ErrorKind::Cluster, "CLUSTERDOWN The cluster is down"),
+            (ErrorKind::Cluster, "MOVED 3999"),
+            (ErrorKind::Unknown, "MOVED 3999 127.0.0.1:6381"),
+        ] {
+            assert_eq!(moved_to(&error(kind, details)), None, "{details}");
+        }
+    }
+}
