@@ -428,9 +428,13 @@ impl std::fmt::Display for Latencies {
 
 /// The most the healthy shards' p99 may reach during a failover: "usual"
 /// latency, allowing for what the failover itself costs a shared 2-core
-/// machine that runs six Redis nodes, the service and the load.
+/// machine that runs six Redis nodes, the service and the load (and, in the
+/// whole suite, other tests): three times the p99 before the kill, and never
+/// less than 100 ms above it. A client that stalls the healthy shards does
+/// so from the kill until the promotion (seconds, as fred's cluster client
+/// did) or until the Redis timeout (500 ms here), far above either.
 fn usual_bound(before: Duration) -> Duration {
-    (before * 3).max(before + Duration::from_millis(50))
+    (before * 3).max(before + Duration::from_millis(100))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
