@@ -2,10 +2,13 @@
 //! runs the domain rules there atomically.
 //!
 //! Every command and script touches exactly one key, so the same code runs
-//! on a single node and on Redis Cluster. Writes are never retried behind
+//! on a single node and on Redis Cluster. On Cluster each call goes, by its
+//! key's slot, to a pool of the primary that owns it (`cluster.rs`), so one
+//! shard's failover stalls no other shard. Writes are never retried behind
 //! the caller's back (a lost reply after HINCRBY would otherwise count
 //! twice), and every call has a timeout no longer than the caller's deadline.
 
+mod cluster;
 mod error;
 mod scripts;
 mod sentinel_watch;

@@ -38,7 +38,7 @@ impl LuaScript {
         &self,
         client: &WithOptions<Client>,
         key: &str,
-        args: Vec<Value>,
+        args: &[Value],
     ) -> Result<R, Error> {
         // A custom command's slot must be given outright: fred hashes the
         // first string argument otherwise, which here is the script.

@@ -10,11 +10,13 @@ use std::time::{Duration, Instant};
 
 use fred::clients::{Client, Pool, WithOptions};
 use fred::interfaces::{ClientLike, EventInterface, HashesInterface, KeysInterface};
-use fred::prelude::{Builder, Config, Error, Options, ReconnectPolicy, Value};
+use fred::prelude::{Builder, Config, Error, ErrorKind, Options, ReconnectPolicy, Value};
+use fred::util::redis_keyslot;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
+use super::cluster::{Cluster, Node};
 use super::error::{CallKind, ConnectError, NotApplied, StorageError};
 use super::scripts::{LuaScript, Scripts};
 use super::sentinel_watch::SentinelWatch;
@@ -29,14 +31,9 @@ use crate::domain::keys::{self, AdmissionKey, CustomerKey};
 /// The Redis-backed store. Cheap to clone: clones share the pool.
 #[derive(Clone)]
 pub struct RedisStore {
-    pool: Pool,
+    backend: Backend,
     scripts: Arc<Scripts>,
     command_timeout: Duration,
-    /// One permit per command that may be in flight (queued, or sent and
-    /// awaiting its reply): `queue_limit` per connection. Past it a call is
-    /// refused at once, with nothing sent, instead of piling up behind a
-    /// slow or stalled Redis until its deadline.
-    in_flight: Arc<Semaphore>,
     /// Stops the store's background tasks: cancelled by [`Self::quit`], or
     /// when the last clone is dropped.
     stop: CancellationToken,
@@ -46,6 +43,24 @@ pub struct RedisStore {
     connection_problem: Arc<Mutex<Option<String>>>,
     /// Behind Sentinel: follows failovers and fences writes during them.
     sentinel_watch: Option<Arc<SentinelWatch>>,
+}
+
+/// Where calls go.
+#[derive(Clone)]
+enum Backend {
+    /// One node, or the primary behind Sentinel: one fred pool, and nothing
+    /// between a call and it.
+    Single {
+        pool: Pool,
+        /// One permit per command that may be in flight (queued, or sent and
+        /// awaiting its reply): `queue_limit` per connection. Past it a call
+        /// is refused at once, with nothing sent, instead of piling up behind
+        /// a slow or stalled Redis until its deadline.
+        in_flight: Arc<Semaphore>,
+    },
+    /// Redis Cluster: a pool per primary, chosen by the key's slot, so that
+    /// one shard's failure stalls no other shard (see `cluster.rs`).
+    Cluster(Arc<Cluster>),
 }
 
 /// One success write, as the record_success script takes it.
@@ -80,6 +95,23 @@ impl Call {
     fn error(&self, error: &Error) -> StorageError {
         StorageError::from_redis(error, self.kind)
     }
+
+    /// Runs `op` with this call's client, holding its in-flight place
+    /// until the answer.
+    async fn run<T, F, Fut>(self, op: F) -> Result<T, StorageError>
+    where
+        F: FnOnce(WithOptions<Client>) -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        let Self {
+            client,
+            kind,
+            _in_flight,
+        } = self;
+        op(client)
+            .await
+            .map_err(|e| StorageError::from_redis(&e, kind))
+    }
 }
 
 impl RedisStore {
@@ -101,44 +133,33 @@ impl RedisStore {
         }
         // Keep retrying the first connection too, rather than giving up.
         config.fail_fast = false;
-        let pool = Builder::from_config(config.clone())
-            .with_connection_config(|c| {
-                // One attempt: a command whose connection died in flight may
-                // have run; resending it could apply a write twice.
-                c.max_command_attempts = 1;
-                c.connection_timeout = Duration::from_secs(2);
-                c.internal_command_timeout = Duration::from_secs(2);
-                c.unresponsive.max_timeout = Some(Duration::from_secs(2));
-                c.unresponsive.interval = Duration::from_millis(500);
-                c.tcp.nodelay = Some(true);
-                // A bounded queue: past it a call is refused at once, with
-                // nothing sent, instead of waiting out its deadline.
-                c.max_command_buffer_len = redis.queue_limit;
-            })
-            .with_performance_config(|p| p.default_command_timeout = redis.command_timeout)
-            .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
-            .build_pool(redis.pool_size)
-            .map_err(ConnectError::Client)?;
         let stop = CancellationToken::new();
         // Made first, so that a failure below stops what was already spawned.
         let stop_on_drop = Arc::new(stop.clone().drop_guard());
-        let sentinel_watch = super::sentinel_watch::spawn(&config, pool.clone(), tasks, &stop)
-            .map_err(ConnectError::Sentinel)?
-            .map(Arc::new);
         let connection_problem = Arc::new(Mutex::new(None));
-        for client in pool.clients() {
-            let errors = report_connection_errors(client.error_rx(), connection_problem.clone());
-            super::spawn_until_stopped(tasks, &stop, errors);
-        }
-        // fred's own connection tasks run until `quit`; their handles are
-        // not needed.
-        drop(pool.connect_pool());
-        let in_flight = redis.queue_limit.saturating_mul(redis.pool_size);
+        let (backend, sentinel_watch) = if config.server.is_clustered() {
+            let cluster = Cluster::start(&config, redis, connection_problem.clone(), tasks, &stop);
+            (Backend::Cluster(cluster), None)
+        } else {
+            let pool = build_pool(config.clone(), redis).map_err(ConnectError::Client)?;
+            let sentinel_watch = super::sentinel_watch::spawn(&config, pool.clone(), tasks, &stop)
+                .map_err(ConnectError::Sentinel)?
+                .map(Arc::new);
+            for client in pool.clients() {
+                let errors =
+                    report_connection_errors(client.error_rx(), connection_problem.clone());
+                super::spawn_until_stopped(tasks, &stop, errors);
+            }
+            // fred's own connection tasks run until `quit`; their handles are
+            // not needed.
+            drop(pool.connect_pool());
+            let in_flight = in_flight_limit(redis);
+            (Backend::Single { pool, in_flight }, sentinel_watch)
+        };
         Ok(Self {
-            pool,
+            backend,
             scripts: Arc::new(Scripts::new()),
             command_timeout: redis.command_timeout,
-            in_flight: Arc::new(Semaphore::new(in_flight.min(Semaphore::MAX_PERMITS))),
             _stop_on_drop: stop_on_drop,
             stop,
             connection_problem,
@@ -153,27 +174,45 @@ impl RedisStore {
             .map_or(None, |problem| problem.clone())
     }
 
-    /// Waits up to `within` for every pooled connection to come up.
+    /// Waits up to `within` for every pooled connection to come up (on
+    /// Cluster: for the slot table, and every primary's pool).
     pub async fn wait_connected(&self, within: Duration) -> bool {
-        tokio::time::timeout(within, self.pool.wait_for_connect())
-            .await
-            .is_ok_and(|r| r.is_ok())
+        match &self.backend {
+            Backend::Single { pool, .. } => tokio::time::timeout(within, pool.wait_for_connect())
+                .await
+                .is_ok_and(|r| r.is_ok()),
+            Backend::Cluster(cluster) => tokio::time::timeout(within, cluster.wait_connected())
+                .await
+                .is_ok(),
+        }
     }
 
-    /// Caches the scripts on the server ahead of the first call. Best effort:
-    /// a Redis that forgets them later is handled by the NOSCRIPT fallback.
+    /// Caches the scripts on the server (on Cluster, on every primary known
+    /// now) ahead of the first call. Best effort: a Redis that forgets them
+    /// later, or a primary promoted later, is handled by the NOSCRIPT
+    /// fallback.
     pub async fn preload_scripts(&self) -> Result<(), StorageError> {
-        let client = self.pool.next_connected();
+        let clients: Vec<Client> = match &self.backend {
+            Backend::Single { pool, .. } => vec![pool.next_connected().clone()],
+            Backend::Cluster(cluster) => cluster
+                .primaries()
+                .0
+                .iter()
+                .map(|node| node.pool.next_connected().clone())
+                .collect(),
+        };
         let kind = CallKind {
             write: false,
             deadline_bound: false,
             timeout: self.command_timeout,
         };
-        for script in self.scripts.all() {
-            script
-                .load(client)
-                .await
-                .map_err(|e| StorageError::from_redis(&e, kind))?;
+        for client in &clients {
+            for script in self.scripts.all() {
+                script
+                    .load(client)
+                    .await
+                    .map_err(|e| StorageError::from_redis(&e, kind))?;
+            }
         }
         Ok(())
     }
@@ -184,16 +223,80 @@ impl RedisStore {
         if let Some(watch) = &self.sentinel_watch {
             watch.close().await;
         }
-        let _ = self.pool.quit().await;
+        match &self.backend {
+            Backend::Single { pool, .. } => {
+                let _ = pool.quit().await;
+            }
+            Backend::Cluster(cluster) => cluster.quit().await,
+        }
     }
 
-    /// One PING, for readiness.
+    /// Whether Redis answers, for the API's health status: one PING, each
+    /// within the Redis timeout; on Cluster one to every primary that owns
+    /// slots, at once, so a primary that is down or hung fails the check
+    /// however many others answer. A pass clears the stored connection
+    /// problem: it is history once Redis answers.
     pub async fn ping(&self, deadline: Instant) -> Result<(), StorageError> {
-        let call = self.call(deadline, false)?;
-        call.client
-            .ping::<()>(None)
-            .await
-            .map_err(|e| call.error(&e))
+        let result = match &self.backend {
+            Backend::Single { pool, in_flight } => {
+                let call = self.call_on(pool, in_flight, deadline, false)?;
+                call.client
+                    .ping::<()>(None)
+                    .await
+                    .map_err(|e| call.error(&e))
+            }
+            Backend::Cluster(cluster) => self.ping_every_primary(cluster, deadline).await,
+        };
+        if result.is_ok()
+            && let Ok(mut problem) = self.connection_problem.lock()
+        {
+            *problem = None;
+        }
+        result
+    }
+
+    async fn ping_every_primary(
+        &self,
+        cluster: &Cluster,
+        deadline: Instant,
+    ) -> Result<(), StorageError> {
+        let (nodes, covered) = cluster.primaries();
+        if !covered {
+            cluster.refresh_soon();
+            return Err(StorageError::Unavailable {
+                why: NotApplied::NoConnection,
+                detail: "the cluster's slot table is not known, or some slots have no primary"
+                    .into(),
+            });
+        }
+        let mut pings = tokio::task::JoinSet::new();
+        for node in nodes {
+            let call = self.call_on(&node.pool, &node.in_flight, deadline, false);
+            pings.spawn(async move {
+                let answered = match call {
+                    Ok(call) => call
+                        .client
+                        .ping::<()>(None)
+                        .await
+                        .map_err(|e| call.error(&e)),
+                    Err(error) => Err(error),
+                };
+                answered.map_err(|error| on_primary(&node, error))
+            });
+        }
+        let mut first_error = None;
+        while let Some(joined) = pings.join_next().await {
+            if let Ok(Err(error)) = joined {
+                first_error.get_or_insert(error);
+            }
+        }
+        match first_error {
+            None => Ok(()),
+            Some(error) => {
+                cluster.refresh_soon();
+                Err(error)
+            }
+        }
     }
 
     /// Every field of the customer's hash with its count (HGETALL): one round
@@ -204,14 +307,12 @@ impl RedisStore {
         customer: &CustomerId,
         deadline: Instant,
     ) -> Result<Vec<(String, i64)>, StorageError> {
-        let call = self.call(deadline, false)?;
         let key = keys::customer_key(merchant, customer);
-        let reply: Value = call
-            .client
-            .hgetall(key.as_str())
-            .await
-            .map_err(|e| call.error(&e))?;
-        fields_of(reply).map_err(|e| call.error(&e))
+        let key = key.as_str();
+        self.on_key(key, deadline, false, |client| async move {
+            client.hgetall::<Value, _>(key).await.and_then(fields_of)
+        })
+        .await
     }
 
     /// The customer's fields and the hash's remaining TTL in seconds (0 when
@@ -222,14 +323,15 @@ impl RedisStore {
         customer: &CustomerId,
         deadline: Instant,
     ) -> Result<(Vec<(String, i64)>, i64), StorageError> {
-        let call = self.call(deadline, false)?;
         let key = keys::customer_key(merchant, customer);
-        let (fields, ttl) = tokio::join!(
-            call.client.hgetall::<Value, _>(key.as_str()),
-            call.client.ttl::<i64, _>(key.as_str()),
-        );
-        let fields = fields.and_then(fields_of).map_err(|e| call.error(&e))?;
-        let ttl = ttl.map_err(|e| call.error(&e))?;
+        let key = key.as_str();
+        let (fields, ttl) = self
+            .on_key(key, deadline, false, |client| async move {
+                let (fields, ttl) =
+                    tokio::join!(client.hgetall::<Value, _>(key), client.ttl::<i64, _>(key),);
+                Ok((fields.and_then(fields_of)?, ttl?))
+            })
+            .await?;
         Ok((fields, ttl.max(0)))
     }
 
@@ -243,12 +345,13 @@ impl RedisStore {
         deadline: Instant,
     ) -> Result<bool, StorageError> {
         self.check_fence()?;
-        let call = self.call(deadline, false)?;
-        let deleted: i64 = call
-            .client
-            .del(keys::customer_key(merchant, customer).as_str())
-            .await
-            .map_err(|e| call.error(&e))?;
+        let key = keys::customer_key(merchant, customer);
+        let key = key.as_str();
+        let deleted: i64 = self
+            .on_key(key, deadline, false, |client| async move {
+                client.del(key).await
+            })
+            .await?;
         Ok(deleted > 0)
     }
 
@@ -349,7 +452,8 @@ impl RedisStore {
     }
 
     /// Runs one of the scripts; they all write, and all reply with a list
-    /// of integers.
+    /// of integers. Refused while a Sentinel failover is under way, because
+    /// the primary it would reach is about to discard it.
     async fn run_script(
         &self,
         script: &LuaScript,
@@ -357,18 +461,60 @@ impl RedisStore {
         args: Vec<Value>,
         deadline: Instant,
     ) -> Result<Vec<i64>, StorageError> {
-        let call = self.write_call(deadline)?;
-        script
-            .run(&call.client, key, args)
-            .await
-            .map_err(|e| call.error(&e))
+        self.check_fence()?;
+        let args = &args[..];
+        self.on_key(key, deadline, true, |client| async move {
+            script.run(&client, key, args).await
+        })
+        .await
     }
 
-    /// [`Self::call`] for a write: refused while a Sentinel failover is
-    /// under way, because the primary it would reach is about to discard it.
-    fn write_call(&self, deadline: Instant) -> Result<Call, StorageError> {
-        self.check_fence()?;
-        self.call(deadline, true)
+    /// Runs `op` with a client for `key` (see [`Self::call`]). On Cluster, a
+    /// MOVED reply (the command did not run) sends it once more, to the
+    /// primary named, when the slot table knows it; any failure there asks
+    /// for a fresh slot table. On a single node this is one call and nothing
+    /// more.
+    async fn on_key<T, F, Fut>(
+        &self,
+        key: &str,
+        deadline: Instant,
+        write: bool,
+        op: F,
+    ) -> Result<T, StorageError>
+    where
+        F: Fn(WithOptions<Client>) -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        let cluster = match &self.backend {
+            Backend::Single { pool, in_flight } => {
+                let call = self.call_on(pool, in_flight, deadline, write)?;
+                return call.run(op).await;
+            }
+            Backend::Cluster(cluster) => cluster,
+        };
+        let node = cluster.route(redis_keyslot(key.as_bytes())).map_err(|_| {
+            cluster.refresh_soon();
+            StorageError::Unavailable {
+                why: NotApplied::NoConnection,
+                detail: "no primary is known for this key's slot yet".into(),
+            }
+        })?;
+        let call = self.call_on(&node.pool, &node.in_flight, deadline, write)?;
+        let (kind, permit) = (call.kind, call._in_flight);
+        let error = match op(call.client).await {
+            Ok(value) => return Ok(value),
+            Err(error) => error,
+        };
+        cluster.refresh_soon();
+        let moved_to = moved_to(&error).and_then(|address| cluster.node_at(address));
+        match moved_to {
+            Some(heir) if heir.server != node.server => {
+                drop(permit);
+                let again = self.call_on(&heir.pool, &heir.in_flight, deadline, write)?;
+                again.run(op).await
+            }
+            _ => Err(StorageError::from_redis(&error, kind)),
+        }
     }
 
     fn check_fence(&self) -> Result<(), StorageError> {
@@ -387,18 +533,25 @@ impl RedisStore {
         Ok(())
     }
 
-    /// A pooled client whose options bound this call by the command timeout
-    /// and the caller's deadline, whichever is sooner, with no retry and no
-    /// queueing behind a broken connection. A call whose deadline has passed
-    /// is never sent; and one that times out while still queued is dropped
-    /// by fred unsent.
-    fn call(&self, deadline: Instant, write: bool) -> Result<Call, StorageError> {
+    /// A client of `pool` whose options bound this call by the command
+    /// timeout and the caller's deadline, whichever is sooner, with no retry
+    /// and no queueing behind a broken connection. A call whose deadline has
+    /// passed is never sent; and one that times out while still queued is
+    /// dropped by fred unsent. `in_flight` is `pool`'s bound on commands in
+    /// flight.
+    fn call_on(
+        &self,
+        pool: &Pool,
+        in_flight: &Arc<Semaphore>,
+        deadline: Instant,
+        write: bool,
+    ) -> Result<Call, StorageError> {
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
             return Err(StorageError::DeadlineExceeded);
         }
         let permit =
-            self.in_flight
+            in_flight
                 .clone()
                 .try_acquire_owned()
                 .map_err(|_| StorageError::Unavailable {
@@ -422,7 +575,7 @@ impl RedisStore {
             ..Options::default()
         };
         Ok(Call {
-            client: self.pool.next_connected().with_options(&options),
+            client: pool.next_connected().with_options(&options),
             kind: CallKind {
                 write,
                 deadline_bound,
@@ -430,6 +583,59 @@ impl RedisStore {
             },
             _in_flight: permit,
         })
+    }
+}
+
+/// `queue_limit` per connection of one pool.
+pub(super) fn in_flight_limit(redis: &RedisSettings) -> Arc<Semaphore> {
+    let limit = redis.queue_limit.saturating_mul(redis.pool_size);
+    Arc::new(Semaphore::new(limit.min(Semaphore::MAX_PERMITS)))
+}
+
+/// A fred pool for `config` with the service's connection settings.
+pub(super) fn build_pool(config: Config, redis: &RedisSettings) -> Result<Pool, Error> {
+    Builder::from_config(config)
+        .with_connection_config(|c| {
+            // One attempt: a command whose connection died in flight may
+            // have run; resending it could apply a write twice.
+            c.max_command_attempts = 1;
+            c.connection_timeout = Duration::from_secs(2);
+            c.internal_command_timeout = Duration::from_secs(2);
+            c.unresponsive.max_timeout = Some(Duration::from_secs(2));
+            c.unresponsive.interval = Duration::from_millis(500);
+            c.tcp.nodelay = Some(true);
+            // A bounded queue: past it a call is refused at once, with
+            // nothing sent, instead of waiting out its deadline.
+            c.max_command_buffer_len = redis.queue_limit;
+        })
+        .with_performance_config(|p| p.default_command_timeout = redis.command_timeout)
+        .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
+        .build_pool(redis.pool_size)
+}
+
+/// The primary named by a MOVED reply (`MOVED 3999 127.0.0.1:6381`).
+fn moved_to(error: &Error) -> Option<&str> {
+    if *error.kind() != ErrorKind::Cluster {
+        return None;
+    }
+    let mut words = error.details().split_whitespace();
+    match (words.next(), words.next(), words.next()) {
+        (Some("MOVED"), Some(_slot), Some(address)) => Some(address),
+        _ => None,
+    }
+}
+
+/// A failed check of one primary, naming it for the log.
+fn on_primary(node: &Node, error: StorageError) -> StorageError {
+    match error {
+        StorageError::Unavailable { why, detail } => StorageError::Unavailable {
+            why,
+            detail: format!("primary {}: {detail}", node.server),
+        },
+        other => StorageError::Unavailable {
+            why: NotApplied::ReadFailed,
+            detail: format!("primary {}: {other}", node.server),
+        },
     }
 }
 
@@ -470,7 +676,7 @@ fn fields_of(reply: Value) -> Result<Vec<(String, i64)>, Error> {
 
 /// Logs each new connection error once (a reconnect loop repeats the same
 /// one every backoff) and keeps the latest for readiness.
-async fn report_connection_errors(
+pub(super) async fn report_connection_errors(
     mut errors: tokio::sync::broadcast::Receiver<(Error, Option<fred::types::config::Server>)>,
     latest: Arc<Mutex<Option<String>>>,
 ) {
@@ -487,6 +693,28 @@ async fn report_connection_errors(
         if last.as_deref() != Some(text.as_str()) {
             tracing::warn!(%server, error = %text, "redis connection failed");
             *last = Some(text);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_moved_reply_names_where_to_go() {
+        let error = |kind, details: &'static str| Error::new(kind, details);
+        assert_eq!(
+            moved_to(&error(ErrorKind::Cluster, "MOVED 3999 127.0.0.1:6381")),
+            Some("127.0.0.1:6381")
+        );
+        for (kind, details) in [
+            (ErrorKind::Cluster, "ASK 3999 127.0.0.1:6381"),
+            (ErrorKind::Cluster, "CLUSTERDOWN The cluster is down"),
+            (ErrorKind::Cluster, "MOVED 3999"),
+            (ErrorKind::Unknown, "MOVED 3999 127.0.0.1:6381"),
+        ] {
+            assert_eq!(moved_to(&error(kind, details)), None, "{details}");
         }
     }
 }

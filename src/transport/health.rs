@@ -1,6 +1,10 @@
 //! Health as the contract gives it: service `""` is SERVING while the process
-//! runs (liveness); `sticky_routing.v1.StickyRouting` is SERVING only while
-//! Redis answers (readiness). On shutdown both turn NOT_SERVING.
+//! runs (liveness, and Kubernetes readiness); `sticky_routing.v1.StickyRouting`
+//! is SERVING only while Redis answers: on Cluster, every primary that owns
+//! slots, each within the Redis timeout, so one shard that is down or hung
+//! turns it NOT_SERVING (for alerting: a shard's failover must not take
+//! every pod out of rotation, which is why readiness stays on `""`). On
+//! shutdown both turn NOT_SERVING.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -22,9 +26,10 @@ pub const API_SERVICE: &str = "sticky_routing.v1.StickyRouting";
 /// The whole-process status.
 pub const PROCESS_SERVICE: &str = "";
 
-/// Pings Redis every `every` and reports the API's status, until `drain`
-/// is cancelled; then turns every status NOT_SERVING and returns, so the
-/// caller knows no later ping can turn one back.
+/// Checks Redis every `every` (see [`RedisStore::ping`]) and reports the
+/// API's status, until `drain` is cancelled; then turns every status
+/// NOT_SERVING and returns, so the caller knows no later ping can turn one
+/// back.
 pub async fn follow_redis(
     reporter: HealthReporter,
     store: RedisStore,

@@ -1,14 +1,21 @@
-//! Health and Redis trouble: liveness ("") stays SERVING, readiness follows
-//! Redis, and calls fail fast (UNAVAILABLE / DEADLINE_EXCEEDED) while Redis is
-//! down or frozen, then recover without a restart.
+//! Health and Redis trouble: liveness and Kubernetes readiness ("") stay
+//! SERVING, the API's status follows Redis (on Cluster, every primary), and
+//! calls fail fast (UNAVAILABLE / DEADLINE_EXCEEDED) while Redis is down or
+//! frozen, then recover without a restart.
 
 use std::time::{Duration, Instant};
 
+use fred::util::redis_keyslot;
+use rstest::rstest;
+use sticky_routing::storage::RedisStore;
 use sticky_routing::transport::pb;
 use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
+use tokio_util::task::TaskTracker;
 use tonic::{Code, Status};
 
 use crate::helpers::*;
+use crate::redis_cluster::owned_slots;
+use crate::redis_server::redis_cli;
 
 /// Runs `call`, bounded so a hang fails the test, and returns its result with
 /// how long it took.
@@ -204,4 +211,189 @@ async fn the_service_starts_without_redis_and_becomes_ready_when_it_comes() {
     assert_eq!(reply.into_inner().result, APPLIED);
     let _ = stop.send(());
     server.await.unwrap().unwrap();
+}
+
+/// A frozen primary (SIGSTOP: it keeps its connections and answers nothing,
+/// like a Redis stuck on a slow command) turns the API's status NOT_SERVING
+/// within one Redis timeout of the next check, and keeps it there for as
+/// long as it hangs; liveness stays SERVING, and calls for keys on the other
+/// shards keep answering at once the whole time. Its replica is told not to
+/// take over, so the primary hangs for longer than fred's unresponsive
+/// timeout (2 s), after which fred's cluster client reconnected the whole
+/// client and every shard failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_cluster_primary_turns_the_api_status_off_and_spares_the_other_shards() {
+    let redis_timeout = Duration::from_millis(250);
+    let hung_for = Duration::from_secs(4);
+    let mut app = spawn_app_on(Topology::Cluster, |s| {
+        s.redis.command_timeout = redis_timeout;
+    })
+    .await;
+    let cluster = app.redis.cluster();
+    let victim = cluster.primaries()[0];
+    let heir = cluster.replica_of(victim);
+    redis_cli(
+        heir,
+        &["config", "set", "cluster-replica-no-failover", "yes"],
+    );
+    let victim_slots = owned_slots(victim);
+    let elsewhere: Vec<String> = (0..100)
+        .map(|i| format!("c{i}"))
+        .filter(|c| {
+            let slot = redis_keyslot(format!("sticky_gw_m1_{c}").as_bytes());
+            !victim_slots.iter().any(|range| range.contains(&slot))
+        })
+        .take(6)
+        .collect();
+    for customer in &elsewhere {
+        app.success(customer, "GIGADAT").await;
+    }
+
+    app.redis.cluster().node(victim).signal("-STOP");
+    let frozen = Instant::now();
+    app.wait_until_ready(false).await;
+    // The next check starts within one interval (500 ms) and gives up after
+    // the Redis timeout; the rest is slack for a busy machine.
+    let limit = Duration::from_millis(500) + redis_timeout + Duration::from_millis(500);
+    assert!(
+        frozen.elapsed() < limit,
+        "a hung primary was noticed after {:?}",
+        frozen.elapsed()
+    );
+    while frozen.elapsed() < hung_for {
+        assert_eq!(
+            app.health_status(API).await,
+            NOT_SERVING,
+            "{API} turned SERVING {:?} into the hang",
+            frozen.elapsed()
+        );
+        assert_eq!(
+            app.health_status("").await,
+            SERVING,
+            "liveness followed redis"
+        );
+        for customer in &elsewhere {
+            let (answer, took) = timed(app.pin(pin_request(customer, &[]))).await;
+            let answer = answer.unwrap_or_else(|s| {
+                panic!(
+                    "a healthy shard's GetPin failed {:?} into the hang: {s:?}",
+                    frozen.elapsed()
+                )
+            });
+            assert_eq!(answer.connector, "GIGADAT");
+            assert!(
+                took < redis_timeout,
+                "a healthy shard's GetPin took {took:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    app.redis.cluster().node(victim).signal("-CONT");
+    app.wait_until_ready(true).await;
+}
+
+/// The connection problem the store keeps for the log ("redis does not
+/// answer … connection=…") is set while Redis is unreachable and cleared by
+/// the first check that passes again: a recovered Redis leaves no stale
+/// reason behind. On Cluster, a killed primary's problem clears once its
+/// replica is promoted.
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stored_connection_problem_clears_once_redis_answers_again(#[case] topology: Topology) {
+    let mut redis = TestRedis::start(topology);
+    let settings = test_settings_for(redis.url());
+    let tasks = TaskTracker::new();
+    let store = RedisStore::connect(&settings.redis, &tasks).unwrap();
+    assert!(store.wait_connected(Duration::from_secs(10)).await);
+    let check = async || {
+        store
+            .ping(Instant::now() + Duration::from_secs(1))
+            .await
+            .is_ok()
+    };
+    assert!(check().await);
+    assert_eq!(store.connection_problem(), None);
+
+    match &mut redis {
+        TestRedis::Single(server) => server.stop(),
+        TestRedis::Cluster(cluster) => {
+            let victim = cluster.primaries()[0];
+            cluster.node(victim).stop();
+        }
+        TestRedis::Sentinel(_) => unreachable!(),
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while check().await || store.connection_problem().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "no connection problem was stored"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    if let TestRedis::Single(server) = &mut redis {
+        server.restart();
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !check().await {
+        assert!(Instant::now() < deadline, "redis never answered again");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(check().await);
+    assert_eq!(
+        store.connection_problem(),
+        None,
+        "the problem outlived the recovery"
+    );
+    store.quit().await;
+    tasks.close();
+    tasks.wait().await;
+}
+
+/// Kubernetes readiness follows the process (""), never Redis, so that a
+/// Redis or shard outage never takes every pod out of rotation at once; and
+/// one slow check (a pod starved of CPU for a moment) must not eject it.
+#[test]
+fn the_readiness_probe_checks_the_process_and_tolerates_one_slow_check() {
+    let manifest = include_str!("../../deploy/deployment.yaml");
+    let probe = yaml_block(manifest, "readinessProbe:");
+    let field = |name: &str| -> String {
+        probe
+            .iter()
+            .find_map(|line| line.strip_prefix(&format!("{name}:")))
+            .unwrap_or_else(|| panic!("readinessProbe has no {name}"))
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(
+        field("service"),
+        "\"\"",
+        "readiness must check service \"\""
+    );
+    let failure_threshold: u32 = field("failureThreshold").parse().unwrap();
+    assert!(
+        failure_threshold >= 2,
+        "one slow check ejects the pod (failureThreshold {failure_threshold})"
+    );
+    let timeout: u32 = field("timeoutSeconds").parse().unwrap();
+    assert!(
+        timeout >= 2,
+        "timeoutSeconds {timeout} leaves no room for a slow check"
+    );
+}
+
+/// The lines under `header` in a YAML text, trimmed and without comments.
+fn yaml_block<'a>(yaml: &'a str, header: &str) -> Vec<&'a str> {
+    let mut lines = yaml.lines().skip_while(|line| line.trim() != header);
+    let indent = |line: &str| line.len() - line.trim_start().len();
+    let head = indent(lines.next().unwrap_or_else(|| panic!("no {header}")));
+    lines
+        .map(|line| line.split('#').next().unwrap_or(""))
+        .filter(|line| !line.trim().is_empty())
+        .take_while(|line| indent(line) > head)
+        .map(str::trim)
+        .collect()
 }

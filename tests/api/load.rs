@@ -23,12 +23,22 @@ const CALL_DEADLINE: Duration = Duration::from_secs(1);
 /// calls it hung: the server must answer by the deadline.
 const HUNG_AFTER: Duration = Duration::from_secs(2);
 
-/// One failed call: when it ended, which RPC, and the server's code.
+/// One failed call: when it ended, which RPC, the server's code, and the
+/// customer it was for (so a Cluster test can tell its shard).
 #[derive(Debug, Clone, Copy)]
 pub struct Failure {
     pub at: Instant,
     pub rpc: &'static str,
     pub code: Code,
+    pub customer: usize,
+}
+
+/// One successful call: when it ended, how long it took, and its customer.
+#[derive(Debug, Clone, Copy)]
+pub struct Success {
+    pub at: Instant,
+    pub took: Duration,
+    pub customer: usize,
 }
 
 /// What the workers saw.
@@ -38,6 +48,8 @@ pub struct LoadReport {
     pub failures: Vec<Failure>,
     /// When each successful call ended.
     pub successes_at: Vec<Instant>,
+    /// Each successful call, with its latency and customer.
+    pub successes: Vec<Success>,
     /// Customer index → increments the service acknowledged (APPLIED).
     pub acked: HashMap<usize, i64>,
     /// Customer index → successes whose outcome is unknown (failed calls:
@@ -46,12 +58,25 @@ pub struct LoadReport {
 }
 
 impl LoadReport {
-    /// Counts a call that failed just now.
-    fn failed(&mut self, rpc: &'static str, status: &Status) {
+    /// Counts a call for `customer` that failed just now.
+    fn failed(&mut self, rpc: &'static str, status: &Status, customer: usize) {
         self.failures.push(Failure {
             at: Instant::now(),
             rpc,
             code: status.code(),
+            customer,
+        });
+    }
+
+    /// Counts a call for `customer`, sent at `sent`, that succeeded just now.
+    fn succeeded(&mut self, sent: Instant, customer: usize) {
+        let at = Instant::now();
+        self.ok += 1;
+        self.successes_at.push(at);
+        self.successes.push(Success {
+            at,
+            took: at - sent,
+            customer,
         });
     }
 
@@ -59,6 +84,7 @@ impl LoadReport {
         self.ok += other.ok;
         self.failures.extend(other.failures);
         self.successes_at.extend(other.successes_at);
+        self.successes.extend(other.successes);
         for (customer, n) in other.acked {
             *self.acked.entry(customer).or_default() += n;
         }
@@ -122,25 +148,23 @@ async fn worker(
             outcome("m1", &customer(i), "GIGADAT", pb::Outcome::Success),
             CALL_DEADLINE,
         );
+        let sent = Instant::now();
         match answered("RecordOutcome", api.record_outcome(write)).await {
             Ok(reply) if reply.get_ref().result == APPLIED => {
-                report.ok += 1;
-                report.successes_at.push(Instant::now());
+                report.succeeded(sent, i);
                 *report.acked.entry(i).or_default() += 1;
             }
             Ok(reply) => panic!("an existing customer's success was {reply:?}"),
             Err(status) => {
-                report.failed("RecordOutcome", &status);
+                report.failed("RecordOutcome", &status, i);
                 *report.unknown.entry(i).or_default() += 1;
             }
         }
         let read = with_deadline(pin_request(&customer(i), &[]), CALL_DEADLINE);
+        let sent = Instant::now();
         match answered("GetPin", api.get_pin(read)).await {
-            Ok(_) => {
-                report.ok += 1;
-                report.successes_at.push(Instant::now());
-            }
-            Err(status) => report.failed("GetPin", &status),
+            Ok(_) => report.succeeded(sent, i),
+            Err(status) => report.failed("GetPin", &status, i),
         }
     }
     report

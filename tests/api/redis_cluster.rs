@@ -5,8 +5,13 @@
 //! The node timeout is 1 s so that a killed primary's replica takes over
 //! within a few seconds, and every replica may be promoted however long it
 //! was disconnected (`cluster-replica-validity-factor 0`): the failover
-//! tests measure the service, not Redis's election rules.
+//! tests measure the service, not Redis's election rules. Every node runs
+//! with `cluster-require-full-coverage no`, as the README tells operators
+//! to: with the default `yes`, Redis itself refuses every shard (CLUSTERDOWN)
+//! from the moment a primary is marked failed until its replica is promoted,
+//! and no client can keep the healthy shards serving.
 
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use crate::redis_server::{RedisServer, ServerOptions, redis_cli, wait_for};
@@ -55,6 +60,8 @@ impl RedisCluster {
                         "1000",
                         "--cluster-replica-validity-factor",
                         "0",
+                        "--cluster-require-full-coverage",
+                        "no",
                         "--repl-diskless-sync-delay",
                         "0",
                     ]
@@ -151,6 +158,23 @@ impl RedisCluster {
                 .then_some(())
         });
     }
+}
+
+/// The slots `port` serves, from its own CLUSTER NODES line.
+pub fn owned_slots(port: u16) -> Vec<RangeInclusive<u16>> {
+    let nodes = redis_cli(port, &["cluster", "nodes"]);
+    let line = nodes.lines().find(|l| l.contains("myself")).unwrap();
+    line.split_whitespace()
+        .skip(8)
+        .filter(|field| !field.starts_with('['))
+        .map(|field| match field.split_once('-') {
+            Some((a, b)) => a.parse().unwrap()..=b.parse().unwrap(),
+            None => {
+                let slot = field.parse().unwrap();
+                slot..=slot
+            }
+        })
+        .collect()
 }
 
 /// `master` or `slave`, from ROLE.
