@@ -24,17 +24,18 @@ ci: lint test
 # prints a markdown table (bench/README.md explains it). The service is built
 # on its own first, exactly as shipped; the bench kit is a second build.
 # `make bench OVERLOAD=1` runs the overload study instead: the service on
-# CPU 0, the load and Redis on the other CPUs.
+# CPU 0, the load and Redis on the other CPUs. BENCH_ARGS adds flags
+# (`sticky-bench --help`).
 bench:
 	scripts/ensure-redis.sh
 	cargo build --release --locked
 	cargo build --release --locked -p sticky-bench
 ifdef OVERLOAD
 	@if [ "$$(nproc)" -gt 1 ]; then \
-	  set -x; taskset -c 1-$$(($$(nproc) - 1)) target/release/sticky-bench --overload --server-cpus 0; \
+	  set -x; taskset -c 1-$$(($$(nproc) - 1)) target/release/sticky-bench --overload --server-cpus 0 $(BENCH_ARGS); \
 	else \
-	  set -x; target/release/sticky-bench --overload; \
+	  set -x; target/release/sticky-bench --overload $(BENCH_ARGS); \
 	fi
 else
-	target/release/sticky-bench
+	target/release/sticky-bench $(BENCH_ARGS)
 endif

@@ -27,8 +27,12 @@ use crate::workload::{CallKind, Generator};
 
 /// The offered loads, as multiples of the capacity.
 pub const FACTORS: [f64; 4] = [0.5, 1.0, 3.0, 5.0];
-/// Closed-loop concurrencies tried when looking for the capacity.
-const CAPACITY_CONCURRENCY: [usize; 3] = [32, 64, 128];
+/// Closed-loop concurrencies tried when looking for the capacity; past the
+/// service's limit they also show closed-loop overload (with the limit
+/// lifted, `--service-env STICKY_ROUTING_MAX_IN_FLIGHT=1000000`, they show
+/// what each level of concurrency buys, which is how the default was
+/// chosen).
+const CAPACITY_CONCURRENCY: [usize; 6] = [32, 64, 128, 256, 512, 1024];
 
 /// What to run.
 #[derive(Debug, Clone)]
