@@ -57,6 +57,25 @@ pub struct Check {
     pub met: bool,
 }
 
+impl Check {
+    /// The "Targets" section of a report: one row per check, a miss in bold.
+    pub fn markdown_table(checks: &[Check]) -> String {
+        let mut out = String::from(
+            "\n### Targets\n\n| target | measured | goal | met |\n|---|---:|---:|:---:|\n",
+        );
+        for c in checks {
+            out.push_str(&format!(
+                "| {} | {} | {} | {} |\n",
+                c.target,
+                c.measured,
+                c.goal,
+                if c.met { "yes" } else { "**no**" }
+            ));
+        }
+        out
+    }
+}
+
 /// `used_memory` growth per customer.
 #[derive(Debug, Clone, Serialize)]
 pub struct MemoryRow {
@@ -413,18 +432,7 @@ impl Comparison {
             out.push_str(&report.markdown_row(ratio));
             out.push('\n');
         }
-        out.push_str(
-            "\n### Targets\n\n| target | measured | goal | met |\n|---|---:|---:|:---:|\n",
-        );
-        for c in &self.checks {
-            out.push_str(&format!(
-                "| {} | {} | {} | {} |\n",
-                c.target,
-                c.measured,
-                c.goal,
-                if c.met { "yes" } else { "**no**" }
-            ));
-        }
+        out.push_str(&Check::markdown_table(&self.checks));
         out.push_str("\n### Redis work per call (service runs, from INFO deltas / calls)\n\n| call | commands per call | socket reads per call |\n|---|---|---:|\n");
         for t in &self.round_trips {
             let commands: Vec<String> = t

@@ -307,18 +307,7 @@ impl OverloadStudy {
                 s.late,
             ));
         }
-        out.push_str(
-            "\n### Targets\n\n| target | measured | goal | met |\n|---|---:|---:|:---:|\n",
-        );
-        for c in &self.checks {
-            out.push_str(&format!(
-                "| {} | {} | {} | {} |\n",
-                c.target,
-                c.measured,
-                c.goal,
-                if c.met { "yes" } else { "**no**" }
-            ));
-        }
+        out.push_str(&Check::markdown_table(&self.checks));
         out
     }
 }
