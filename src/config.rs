@@ -28,6 +28,8 @@ pub use cli::{CommandLine, from_process, parse_command_line};
 
 use crate::domain::Rules;
 use crate::storage::RedisSettings;
+use crate::transport::admin::AdminClients;
+use crate::transport::tls::ServerTlsFiles;
 use sources::RawValues;
 
 const ENV_PREFIX: &str = "STICKY_ROUTING_";
@@ -39,6 +41,12 @@ pub const CONFIG_FILE_VAR: &str = "STICKY_ROUTING_CONFIG";
 pub struct Settings {
     pub listen_addr: SocketAddr,
     pub metrics_addr: SocketAddr,
+    /// The plaintext listener for health checks alone; `None`: off.
+    pub health_listen_addr: Option<SocketAddr>,
+    /// gRPC over TLS when set; mTLS when it names a client CA.
+    pub tls: Option<ServerTlsFiles>,
+    /// Who may call GetHabits and ForgetCustomer.
+    pub admin_clients: AdminClients,
     /// How to reach Redis; storage owns these and says what is wrong.
     pub redis: RedisSettings,
     /// The contract's tunables, owned by the domain.

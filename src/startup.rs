@@ -26,9 +26,11 @@ use crate::config::Settings;
 use crate::record;
 use crate::storage::{ConnectError, RedisStore, redact_url};
 use crate::telemetry::Metrics;
+use crate::transport::admin::AdminClients;
 use crate::transport::gate::ApiGate;
 use crate::transport::health::{API_SERVICE, DrainingHealth};
 use crate::transport::pb::sticky_routing_server::StickyRoutingServer;
+use crate::transport::tls::{ServerTls, TlsFileProblem};
 use crate::transport::{StickyRoutingService, pb};
 
 /// The largest request accepted; real ones are well under 8 KiB.
@@ -50,6 +52,8 @@ pub enum StartupError {
     Metrics(#[from] opentelemetry_sdk::error::OTelSdkError),
     #[error("cannot set up reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
+    #[error("cannot set up gRPC TLS: {0}")]
+    Tls(#[from] TlsFileProblem),
     #[error("gRPC server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
     #[error("in-flight calls did not finish within the {0:?} shutdown grace period")]
@@ -60,6 +64,10 @@ pub enum StartupError {
 pub struct Application {
     grpc_listener: TcpListener,
     grpc_addr: SocketAddr,
+    /// gRPC over TLS when set.
+    tls: Option<Arc<ServerTls>>,
+    /// The plaintext health-only listener and its server, unless off.
+    health_listener: Option<(TcpListener, SocketAddr, Router)>,
     metrics_listener: TcpListener,
     metrics_addr: SocketAddr,
     /// The gRPC server with every service added.
@@ -79,6 +87,11 @@ impl Application {
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
         let (grpc_listener, grpc_addr) = bind(settings.listen_addr).await?;
         let (metrics_listener, metrics_addr) = bind(settings.metrics_addr).await?;
+        let tls = match &settings.tls {
+            Some(files) => Some(ServerTls::load(files.clone())?),
+            None => None,
+        };
+        log_who_may_call(tls.as_deref(), &settings.admin_clients);
         let metrics = Arc::new(Metrics::new()?);
         // Both reflection versions: grpcurl asks for v1, older ghz for v1alpha.
         let reflection = || {
@@ -94,6 +107,16 @@ impl Application {
         health
             .set_service_status(API_SERVICE, ServingStatus::NotServing)
             .await;
+        let health_listener = match settings.health_listen_addr {
+            Some(addr) => {
+                let (listener, addr) = bind(addr).await?;
+                let router = Server::builder()
+                    .timeout(CALL_BOUND)
+                    .add_service(health_service.clone());
+                Some((listener, addr, router))
+            }
+            None => None,
+        };
 
         let tasks = TaskTracker::new();
         let store = RedisStore::connect(&settings.redis, &tasks)?;
@@ -105,6 +128,7 @@ impl Application {
             metrics.clone(),
             Arc::new(settings.rules),
             record::call_ceiling(settings.redis.command_timeout),
+            settings.admin_clients.clone(),
         );
         let api = ApiGate::new(
             StickyRoutingServer::new(api).max_decoding_message_size(MAX_MESSAGE_BYTES),
@@ -121,6 +145,8 @@ impl Application {
         Ok(Self {
             grpc_listener,
             grpc_addr,
+            tls,
+            health_listener,
             metrics_listener,
             metrics_addr,
             router,
@@ -139,9 +165,36 @@ impl Application {
         self.grpc_addr
     }
 
+    /// The bound address of the plaintext health listener, unless it is off.
+    pub fn health_addr(&self) -> Option<SocketAddr> {
+        self.health_listener.as_ref().map(|(_, addr, _)| *addr)
+    }
+
     /// The bound metrics address.
     pub fn metrics_addr(&self) -> SocketAddr {
         self.metrics_addr
+    }
+}
+
+/// Says at start who can call what, so that an operator sees an open admin
+/// API in the log.
+fn log_who_may_call(tls: Option<&ServerTls>, admin: &AdminClients) {
+    let transport = match tls {
+        None => "plaintext gRPC: any client that reaches the port",
+        Some(tls) if tls.mutual() => {
+            "gRPC over mTLS: clients with a certificate from the client CA"
+        }
+        Some(_) => "gRPC over TLS without client certificates: any client that reaches the port",
+    };
+    match admin {
+        AdminClients::Anyone => tracing::info!(
+            "{transport}; GetHabits and ForgetCustomer are allowed for every such client \
+             (STICKY_ROUTING_ADMIN_CLIENTS is unset)"
+        ),
+        AdminClients::Only(names) => tracing::info!(
+            admin_clients = names.len(),
+            "{transport}; GetHabits and ForgetCustomer only for the identities in STICKY_ROUTING_ADMIN_CLIENTS"
+        ),
     }
 }
 

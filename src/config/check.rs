@@ -12,6 +12,8 @@ use crate::domain::Rules;
 use crate::domain::admission::Budgets;
 use crate::domain::ids::MerchantId;
 use crate::storage::{RedisSetting, RedisSettings, Secret, TlsFiles};
+use crate::transport::admin::AdminClients;
+use crate::transport::tls::{ServerTlsFiles, TlsFileKind};
 
 /// Types `raw`, falling back on the declared defaults.
 pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
@@ -23,6 +25,8 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
     let mut c = Checker { values, problems };
     let listen_addr = c.value(&declared::LISTEN_ADDR);
     let metrics_addr = c.value(&declared::METRICS_ADDR);
+    let health_listen_addr = c.value(&declared::HEALTH_LISTEN_ADDR);
+    let (tls, admin_clients) = c.server_tls();
     let redis = c.redis();
     let key_ttl = c.value(&KEY_TTL);
     let admission_window = c.value_or(&declared::ADMISSION_WINDOW, key_ttl);
@@ -43,6 +47,9 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
         Some(Settings {
             listen_addr: listen_addr?,
             metrics_addr: metrics_addr?,
+            health_listen_addr: health_listen_addr?,
+            tls: tls.clone(),
+            admin_clients: admin_clients.clone()?,
             redis: redis?,
             rules: Rules {
                 key_ttl: key_ttl?,
@@ -214,6 +221,80 @@ impl Checker {
                 None
             }
         }
+    }
+
+    /// gRPC TLS and who may call the admin RPCs. The files are read and
+    /// checked here, so that every problem is reported at start, by its
+    /// variable.
+    fn server_tls(&mut self) -> (Option<ServerTlsFiles>, Option<AdminClients>) {
+        let cert = self.optional(&declared::TLS_CERT_FILE);
+        let key = self.optional(&declared::TLS_KEY_FILE);
+        let client_ca = self.optional(&declared::TLS_CLIENT_CA_FILE);
+        let admin = self.optional(&declared::ADMIN_CLIENTS);
+        let admin_given = self.values.contains_key(declared::ADMIN_CLIENTS.about.key);
+        let named = |setting: &About| Raw::env_name(setting.key);
+        let files = match (cert, key) {
+            (Some(cert_file), Some(key_file)) => Some(ServerTlsFiles {
+                cert_file,
+                key_file,
+                client_ca_file: client_ca.clone(),
+            }),
+            (Some(_), None) | (None, Some(_)) => {
+                let (given, missing) =
+                    match self.values.contains_key(declared::TLS_CERT_FILE.about.key) {
+                        true => (
+                            &declared::TLS_CERT_FILE.about,
+                            &declared::TLS_KEY_FILE.about,
+                        ),
+                        false => (
+                            &declared::TLS_KEY_FILE.about,
+                            &declared::TLS_CERT_FILE.about,
+                        ),
+                    };
+                let problem = format!("{}: needs {} as well", self.name(given.key), named(missing));
+                self.problems.push(problem);
+                None
+            }
+            (None, None) => None,
+        };
+        let cert_given = self.values.contains_key(declared::TLS_CERT_FILE.about.key)
+            || self.values.contains_key(declared::TLS_KEY_FILE.about.key);
+        if client_ca.is_some() && !cert_given {
+            let problem = format!(
+                "{}: mTLS needs a server certificate; set {} and {}",
+                self.name(declared::TLS_CLIENT_CA_FILE.about.key),
+                named(&declared::TLS_CERT_FILE.about),
+                named(&declared::TLS_KEY_FILE.about)
+            );
+            self.problems.push(problem);
+        }
+        if admin_given
+            && client_ca.is_none()
+            && !self
+                .values
+                .contains_key(declared::TLS_CLIENT_CA_FILE.about.key)
+        {
+            let problem = format!(
+                "{}: names client identities, which only mTLS proves; set {} (with the server certificate and key)",
+                self.name(declared::ADMIN_CLIENTS.about.key),
+                named(&declared::TLS_CLIENT_CA_FILE.about)
+            );
+            self.problems.push(problem);
+        }
+        if let Some(Err(problem)) = files.as_ref().map(ServerTlsFiles::load) {
+            let setting = match problem.file {
+                TlsFileKind::Cert => &declared::TLS_CERT_FILE.about,
+                TlsFileKind::Key => &declared::TLS_KEY_FILE.about,
+                TlsFileKind::ClientCa => &declared::TLS_CLIENT_CA_FILE.about,
+            };
+            let problem = format!("{}: {problem}", self.name(setting.key));
+            self.problems.push(problem);
+        }
+        let admin = match admin_given {
+            true => admin,
+            false => Some(AdminClients::Anyone),
+        };
+        (files, admin)
     }
 
     /// How a problem names a Redis setting: by the form that was given.

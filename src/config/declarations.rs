@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use super::ENV_PREFIX;
 use crate::domain::pin::ScoreRatio;
+use crate::transport::admin::AdminClients;
 
 /// What a setting is, apart from its type.
 #[derive(Debug, Clone, Copy)]
@@ -115,6 +116,11 @@ use Fallback::{Cpus, Follows, PerCpu, Text, Unset};
 settings! {
     LISTEN_ADDR: SocketAddr = About::new("listen_addr", Text("0.0.0.0:50051"), "gRPC address"), parse_addr;
     METRICS_ADDR: SocketAddr = About::new("metrics_addr", Text("0.0.0.0:9464"), "Prometheus /metrics address"), parse_addr;
+    HEALTH_LISTEN_ADDR: Option<SocketAddr> = About::new("health_listen_addr", Text("0.0.0.0:50052"), "plaintext grpc.health.v1 only, for probes\nthat do not speak TLS; `off` disables it"), parse_addr_or_off;
+    TLS_CERT_FILE: PathBuf = About::new("tls_cert_file", Unset("plaintext gRPC"), "PEM server certificate chain: serve gRPC over TLS\n(with the key); re-read when it changes"), parse_path;
+    TLS_KEY_FILE: PathBuf = About::new("tls_key_file", Unset(""), "PEM server key (PKCS#8, PKCS#1 RSA or SEC1 EC)"), parse_path;
+    TLS_CLIENT_CA_FILE: PathBuf = About::new("tls_client_ca_file", Unset("no client certificates"), "PEM CA that signs client certificates: mTLS"), parse_path;
+    ADMIN_CLIENTS: AdminClients = About::new("admin_clients", Unset("any authenticated client"), "with mTLS: the client URI or DNS names allowed\nGetHabits and ForgetCustomer, comma-separated"), AdminClients::parse;
     REDIS_URL: String = About::new(
         "redis_url",
         Text("redis://127.0.0.1:6379"),
@@ -153,6 +159,14 @@ fn parse_addr(text: &str) -> Result<SocketAddr, String> {
         .ok()
         .and_then(|mut addrs| addrs.next())
         .ok_or_else(|| format!("`{text}` is not a host:port address such as 0.0.0.0:50051"))
+}
+
+/// An address, or `off`.
+fn parse_addr_or_off(text: &str) -> Result<Option<SocketAddr>, String> {
+    match text {
+        "off" => Ok(None),
+        text => parse_addr(text).map(Some),
+    }
 }
 
 /// Any text; storage checks what it means (a URL, a credential).

@@ -10,14 +10,19 @@
 //! the store.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::Stream;
 use tokio_util::sync::CancellationToken;
 
 use super::{Application, StartupError};
 use crate::telemetry;
 use crate::transport::health;
+use crate::transport::tls::{Connection, RELOAD_INTERVAL, plain_incoming, tls_incoming};
+
+/// The gRPC server's connections, plaintext or TLS.
+type Incoming = Pin<Box<dyn Stream<Item = std::io::Result<Connection>> + Send>>;
 
 /// How often readiness pings Redis.
 const REDIS_HEALTH_INTERVAL: Duration = Duration::from_millis(500);
@@ -50,7 +55,30 @@ impl Application {
             REDIS_HEALTH_INTERVAL,
             drain.clone(),
         ));
-        let incoming = TcpListenerStream::new(self.grpc_listener);
+        let incoming: Incoming = match self.tls {
+            Some(tls) => {
+                tasks.spawn(tls.clone().watch(RELOAD_INTERVAL, shutdown.clone()));
+                Box::pin(tls_incoming(
+                    self.grpc_listener,
+                    tls,
+                    &tasks,
+                    shutdown.clone(),
+                ))
+            }
+            None => Box::pin(plain_incoming(self.grpc_listener)),
+        };
+        if let Some((listener, addr, router)) = self.health_listener {
+            tracing::info!(health = %addr, "plaintext health checks");
+            let stopped = shutdown.clone().cancelled_owned();
+            tasks.spawn(async move {
+                if let Err(error) = router
+                    .serve_with_incoming_shutdown(plain_incoming(listener), stopped)
+                    .await
+                {
+                    tracing::error!(%error, "the health listener failed");
+                }
+            });
+        }
         let watches_end = self.watches_end;
         let server = self
             .router

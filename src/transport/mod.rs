@@ -1,6 +1,7 @@
 //! The gRPC edge: thin tonic handlers over the store, the protobuf codec,
 //! deadlines, health and the one error-to-`Status` mapping.
 
+pub mod admin;
 pub mod codec;
 mod convert;
 pub mod deadline;
@@ -8,6 +9,7 @@ pub mod gate;
 pub mod health;
 mod service;
 mod status;
+pub mod tls;
 
 pub use service::StickyRoutingService;
 pub use status::ApiError;

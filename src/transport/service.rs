@@ -9,11 +9,13 @@ use std::time::{Duration, Instant};
 
 use tonic::{Request, Response, Status};
 
+use super::admin::AdminClients;
 use super::convert;
 use super::deadline::deadline_of;
 use super::pb;
 use super::pb::sticky_routing_server::StickyRouting;
 use super::status::ApiError;
+use super::tls::ClientIdentity;
 use crate::domain::Rules;
 use crate::domain::counts::Recorded;
 use crate::domain::habits::ordered_habits;
@@ -29,6 +31,8 @@ pub struct StickyRoutingService {
     rules: Arc<Rules>,
     /// The longest a call may take when the caller sets no shorter deadline.
     call_ceiling: Duration,
+    /// Who may call GetHabits and ForgetCustomer.
+    admin: AdminClients,
 }
 
 impl StickyRoutingService {
@@ -37,13 +41,25 @@ impl StickyRoutingService {
         metrics: Arc<Metrics>,
         rules: Arc<Rules>,
         call_ceiling: Duration,
+        admin: AdminClients,
     ) -> Self {
         Self {
             store,
             metrics,
             rules,
             call_ceiling,
+            admin,
         }
+    }
+
+    /// Whether the caller of `request` may call an admin RPC: its TLS
+    /// identity, which tonic puts in every request of the connection.
+    fn admin_permitted<R>(&self, request: &Request<R>) -> bool {
+        let identity = request
+            .extensions()
+            .get::<Option<ClientIdentity>>()
+            .and_then(Option::as_ref);
+        self.admin.permit(identity)
     }
 
     /// Runs one handler body with the request and its deadline, and records
@@ -82,6 +98,7 @@ fn error_label(error: &ApiError) -> &'static str {
     match error {
         ApiError::Invalid(_) => "invalid",
         ApiError::Storage(_) => "error",
+        ApiError::NotAdmin(_) => "denied",
     }
 }
 
@@ -153,7 +170,11 @@ impl StickyRouting for StickyRoutingService {
         &self,
         request: Request<pb::GetHabitsRequest>,
     ) -> Result<Response<pb::GetHabitsResponse>, Status> {
+        let permitted = self.admin_permitted(&request);
         self.handle("GetHabits", request, |req, deadline| async move {
+            if !permitted {
+                return Err(ApiError::NotAdmin("GetHabits"));
+            }
             let (merchant, customer) = convert::customer_ref(&req.merchant_id, &req.customer_id)?;
             let (fields, ttl) = self
                 .store
@@ -168,7 +189,11 @@ impl StickyRouting for StickyRoutingService {
         &self,
         request: Request<pb::ForgetCustomerRequest>,
     ) -> Result<Response<pb::ForgetCustomerResponse>, Status> {
+        let permitted = self.admin_permitted(&request);
         self.handle("ForgetCustomer", request, |req, deadline| async move {
+            if !permitted {
+                return Err(ApiError::NotAdmin("ForgetCustomer"));
+            }
             let (merchant, customer) = convert::customer_ref(&req.merchant_id, &req.customer_id)?;
             let existed = self.store.forget(&merchant, &customer, deadline).await?;
             tracing::info!(merchant = merchant.as_str(), existed, "customer forgotten");

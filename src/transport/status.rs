@@ -18,6 +18,10 @@ pub enum ApiError {
     Invalid(#[from] InvalidInput),
     #[error(transparent)]
     Storage(#[from] StorageError),
+    /// An admin RPC from a client that `STICKY_ROUTING_ADMIN_CLIENTS` does
+    /// not name; the RPC's name.
+    #[error("{0} is limited to the client identities in STICKY_ROUTING_ADMIN_CLIENTS")]
+    NotAdmin(&'static str),
 }
 
 impl From<ApiError> for Status {
@@ -25,6 +29,9 @@ impl From<ApiError> for Status {
         match error {
             ApiError::Invalid(invalid) => Status::invalid_argument(invalid.to_string()),
             ApiError::Storage(storage) => storage_status(&storage),
+            not_admin @ ApiError::NotAdmin(_) => Status::permission_denied(format!(
+                "{not_admin}; this client's certificate names none of them"
+            )),
         }
     }
 }
