@@ -26,6 +26,7 @@ dir=$(mktemp -d)
 redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$dir" --save '' --appendonly no >/dev/null 2>&1 &
 redis_pid=$!
 env STICKY_ROUTING_LISTEN_ADDR="127.0.0.1:$grpc_port" STICKY_ROUTING_METRICS_ADDR="127.0.0.1:$metrics_port" \
+  STICKY_ROUTING_HEALTH_LISTEN_ADDR=off \
   STICKY_ROUTING_REDIS_URL="redis://127.0.0.1:$redis_port" STICKY_ROUTING_WORKER_THREADS=1 \
   STICKY_ROUTING_REDIS_POOL_SIZE=1 \
   valgrind --tool=callgrind --callgrind-out-file="$dir/callgrind.out" "$service" 2>"$dir/valgrind.log" &

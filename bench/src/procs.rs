@@ -136,6 +136,8 @@ pub async fn start_service_on(
     let child = command(binary, cpus)
         .env("STICKY_ROUTING_LISTEN_ADDR", addr.to_string())
         .env("STICKY_ROUTING_METRICS_ADDR", free_addr()?.to_string())
+        // No fixed port that a second run could collide on.
+        .env("STICKY_ROUTING_HEALTH_LISTEN_ADDR", "off")
         .env("STICKY_ROUTING_REDIS_URL", redis_url)
         .env("RUST_LOG", "warn")
         .envs(extra_env.iter().map(|(k, v)| (k, v)))

@@ -385,6 +385,39 @@ fn the_readiness_probe_checks_the_process_and_tolerates_one_slow_check() {
     );
 }
 
+/// The kubelet's gRPC probes do not speak TLS, so every probe targets the
+/// plaintext health listener the ConfigMap sets, never the API port.
+#[test]
+fn every_probe_targets_the_plaintext_health_listener() {
+    let manifest = include_str!("../../deploy/deployment.yaml");
+    let configmap = include_str!("../../deploy/configmap.yaml");
+    let health_port = configmap
+        .lines()
+        .find_map(|line| {
+            line.trim()
+                .strip_prefix("STICKY_ROUTING_HEALTH_LISTEN_ADDR:")
+        })
+        .expect("the ConfigMap sets the health listener")
+        .trim()
+        .trim_matches('"')
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_owned();
+    for probe in ["startupProbe:", "livenessProbe:", "readinessProbe:"] {
+        let port = yaml_block(manifest, probe)
+            .iter()
+            .find_map(|line| line.strip_prefix("port:"))
+            .unwrap_or_else(|| panic!("{probe} has no port"))
+            .trim()
+            .to_owned();
+        assert_eq!(
+            port, health_port,
+            "{probe} does not probe the health listener"
+        );
+    }
+}
+
 /// The lines under `header` in a YAML text, trimmed and without comments.
 fn yaml_block<'a>(yaml: &'a str, header: &str) -> Vec<&'a str> {
     let mut lines = yaml.lines().skip_while(|line| line.trim() != header);

@@ -134,6 +134,7 @@ pub fn test_settings_for(url: String) -> Settings {
     let mut settings = Settings::defaults();
     settings.listen_addr = "127.0.0.1:0".parse().unwrap();
     settings.metrics_addr = "127.0.0.1:0".parse().unwrap();
+    settings.health_listen_addr = Some("127.0.0.1:0".parse().unwrap());
     settings.redis.url = url;
     settings.redis.username = Some(SERVICE_USER.into());
     settings.redis.password = Some(Secret::new(SERVICE_PASSWORD));
@@ -425,6 +426,9 @@ pub fn service_binary(vars: &[(&str, String)]) -> tokio::process::Command {
             command.env_remove(name);
         }
     }
+    // Tests run in parallel: no fixed port for the health listener unless
+    // the test names one.
+    command.env("STICKY_ROUTING_HEALTH_LISTEN_ADDR", "127.0.0.1:0");
     command
         .envs(vars.iter().map(|(k, v)| (k, v)))
         .stdin(std::process::Stdio::null())

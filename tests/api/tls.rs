@@ -2,8 +2,7 @@
 //! operator sees when a certificate or a password is wrong: the service
 //! starts, stays NOT_SERVING and logs why. It never hangs.
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use sticky_routing::config::Settings;
@@ -16,94 +15,20 @@ use tonic::transport::Channel;
 use tonic_health::pb::health_client::HealthClient;
 
 use crate::helpers::*;
+use crate::pki::Pki;
 use crate::redis_server::ServerOptions;
 
-/// P-256 keys: quick to make, and rustls takes them.
-const CURVE: &str = "ec_paramgen_curve:prime256v1";
-
-/// A private CA, a server and a client certificate it signed, and a second
-/// CA that signed nothing here.
-struct Pki {
-    dir: tempfile::TempDir,
-}
-
 impl Pki {
+    /// A private CA, a server and a client certificate it signed, and a
+    /// second CA that signed nothing here.
     fn make() -> Self {
-        let pki = Self {
-            dir: tempfile::tempdir().unwrap(),
-        };
+        let pki = Self::empty();
         pki.self_signed_ca("ca", "sticky-test-ca");
         pki.self_signed_ca("other-ca", "some-other-ca");
-        std::fs::write(
-            pki.path("san.ext"),
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
-        )
-        .unwrap();
         for name in ["server", "client"] {
-            let (key, csr, crt) = (
-                format!("{name}.key"),
-                format!("{name}.csr"),
-                format!("{name}.crt"),
-            );
-            let subject = format!("/CN={name}");
-            pki.openssl(&[
-                "req", "-newkey", "ec", "-pkeyopt", CURVE, "-nodes", "-keyout", &key, "-out", &csr,
-                "-subj", &subject,
-            ]);
-            pki.openssl(&[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.crt",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                &crt,
-                "-days",
-                "1",
-                "-extfile",
-                "san.ext",
-            ]);
+            pki.leaf(name, "ca", "IP:127.0.0.1,DNS:localhost");
         }
         pki
-    }
-
-    /// `{name}.crt` and `{name}.key`: a CA valid for a day.
-    fn self_signed_ca(&self, name: &str, common_name: &str) {
-        let (key, crt, subject) = (
-            format!("{name}.key"),
-            format!("{name}.crt"),
-            format!("/CN={common_name}"),
-        );
-        self.openssl(&[
-            "req", "-x509", "-newkey", "ec", "-pkeyopt", CURVE, "-nodes", "-keyout", &key, "-out",
-            &crt, "-days", "1", "-subj", &subject,
-        ]);
-    }
-
-    fn openssl(&self, args: &[&str]) {
-        let output = Command::new("openssl")
-            .args(args)
-            .current_dir(self.dir.path())
-            .stdin(Stdio::null())
-            .output()
-            .expect("openssl must be on PATH");
-        assert!(
-            output.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn arg(&self, name: &str) -> String {
-        self.path(name).to_str().unwrap().to_owned()
     }
 
     /// redis-server arguments for TLS with our CA, requiring a client
