@@ -477,39 +477,8 @@ fn keys_in_pkcs8_pkcs1_rsa_and_sec1_ec_form_are_all_taken() {
         "ec.key",
     ]);
     for name in ["rsa", "ec"] {
-        let (key, csr, crt) = (
-            format!("{name}.key"),
-            format!("{name}.csr"),
-            format!("{name}.crt"),
-        );
-        pki.openssl(&[
-            "req",
-            "-new",
-            "-key",
-            &key,
-            "-out",
-            &csr,
-            "-subj",
-            "/CN=localhost",
-        ]);
-        pki.openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            &csr,
-            "-CA",
-            "server-ca.crt",
-            "-CAkey",
-            "server-ca.key",
-            "-CAcreateserial",
-            "-out",
-            &crt,
-            "-days",
-            "1",
-            // Extensions make it a v3 certificate, the only kind webpki takes.
-            "-extfile",
-            "server.ext",
-        ]);
+        pki.leaf_for_key(name, "server-ca", "DNS:localhost");
+        let (key, crt) = (format!("{name}.key"), format!("{name}.crt"));
         let header = String::from_utf8(pki.read(&key)).unwrap();
         let form = if name == "rsa" {
             "BEGIN RSA PRIVATE KEY"

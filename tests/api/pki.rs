@@ -37,18 +37,38 @@ impl Pki {
     /// with `alt_names` as its subject alternative names
     /// (`IP:127.0.0.1,DNS:localhost,URI:spiffe://test/x`).
     pub fn leaf(&self, name: &str, ca: &str, alt_names: &str) {
-        let (key, csr, crt, ext) = (
+        let (key, csr, subject) = (
             format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("/CN={name}"),
+        );
+        self.openssl(&[
+            "req", "-newkey", "ec", "-pkeyopt", CURVE, "-nodes", "-keyout", &key, "-out", &csr,
+            "-subj", &subject,
+        ]);
+        self.sign(name, ca, alt_names);
+    }
+
+    /// `{name}.crt` for the key already in `{name}.key`, as [`Self::leaf`].
+    pub fn leaf_for_key(&self, name: &str, ca: &str, alt_names: &str) {
+        let (key, csr, subject) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("/CN={name}"),
+        );
+        self.openssl(&["req", "-new", "-key", &key, "-out", &csr, "-subj", &subject]);
+        self.sign(name, ca, alt_names);
+    }
+
+    /// Signs `{name}.csr` with `{ca}` into `{name}.crt`. The extensions
+    /// make it a v3 certificate, the only kind webpki takes.
+    fn sign(&self, name: &str, ca: &str, alt_names: &str) {
+        let (csr, crt, ext) = (
             format!("{name}.csr"),
             format!("{name}.crt"),
             format!("{name}.ext"),
         );
         std::fs::write(self.path(&ext), format!("subjectAltName={alt_names}\n")).unwrap();
-        let subject = format!("/CN={name}");
-        self.openssl(&[
-            "req", "-newkey", "ec", "-pkeyopt", CURVE, "-nodes", "-keyout", &key, "-out", &csr,
-            "-subj", &subject,
-        ]);
         self.openssl(&[
             "x509",
             "-req",
