@@ -2,9 +2,11 @@
 //! an outcome makes, and in what order.
 //!
 //! A success for a customer that already has a hash is one script call. A
-//! success for a new customer must first pass the merchant's admission
-//! budget, and only then is the hash created; a customer over the budget
-//! gets nothing written. A gateway failure never creates anything. Keeping
+//! success for a new customer must first pass the memory guard (no Redis
+//! call: the guard's state is polled in the background) and the merchant's
+//! admission budget, and only then is the hash created; a customer refused
+//! by either gets nothing written. The script's own answer (no hash) is what
+//! makes a customer new, so an existing customer is never refused. A gateway failure never creates anything. Keeping
 //! this flow here, outside the Redis adapter, is what makes admission
 //! impossible to skip: the adapter's write scripts are crate-private.
 //!
@@ -76,6 +78,15 @@ pub async fn record_outcome(
             };
             if let Some(recorded) = store.write_success(&key, write, deadline).await? {
                 return Ok(recorded);
+            }
+            // A new customer. The memory guard is asked before the budget,
+            // so a refused customer spends none of the merchant's budget.
+            if store.memory_guard_refuses(&key) {
+                tracing::debug!(
+                    merchant = command.merchant.as_str(),
+                    "new customer refused: the memory guard is engaged on its redis node"
+                );
+                return Ok(Recorded::NotAdmitted);
             }
             let request = AdmissionRequest {
                 now_ms: unix_millis(),

@@ -120,6 +120,8 @@ impl Application {
 
         let tasks = TaskTracker::new();
         let store = RedisStore::connect(&settings.redis, &tasks)?;
+        store.guard_admission_memory(settings.rules.admission_memory_limit, &tasks);
+        metrics.watch_memory_guard(store.memory_guard_readings());
         let redis_url = redact_url(&settings.redis.url);
         wait_for_redis(&store, &redis_url).await;
 

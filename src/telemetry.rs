@@ -16,6 +16,8 @@ use opentelemetry_sdk::metrics::SdkMeterProvider;
 use prometheus::{Encoder, TextEncoder};
 use tokio::net::TcpListener;
 
+use crate::domain::memory_guard::GuardReading;
+
 /// Installs the global log subscriber once; later calls (tests) are no-ops.
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -135,6 +137,60 @@ impl Metrics {
         );
     }
 
+    /// Shows the memory guard on `/metrics`, per Redis node (primary, on
+    /// Cluster): whether it is engaged, and the `used_memory` and limit it
+    /// last compared. `readings` runs at each scrape; it reads what the
+    /// guard's own poll left and never asks Redis.
+    pub fn watch_memory_guard(
+        &self,
+        readings: impl Fn() -> Vec<GuardReading> + Send + Sync + 'static,
+    ) {
+        let readings = std::sync::Arc::new(readings);
+        let meter = self.provider.meter("sticky-routing");
+        let node = |reading: &GuardReading| [KeyValue::new("node", reading.node.clone())];
+        let read = readings.clone();
+        meter
+            .u64_observable_gauge("sticky_routing_admission_memory_guard_engaged")
+            .with_description(
+                "1 while new customers are not admitted on this Redis node because its \
+                 used_memory is at or above the admission memory limit, else 0",
+            )
+            .with_callback(move |observer| {
+                for reading in read() {
+                    observer.observe(u64::from(reading.engaged), &node(&reading));
+                }
+            })
+            .build();
+        let read = readings.clone();
+        meter
+            .u64_observable_gauge("sticky_routing_admission_memory_used")
+            .with_unit("By")
+            .with_description("The Redis node's used_memory at the memory guard's last poll")
+            .with_callback(move |observer| {
+                for reading in read() {
+                    if let Some(used) = reading.used_memory {
+                        observer.observe(used, &node(&reading));
+                    }
+                }
+            })
+            .build();
+        meter
+            .u64_observable_gauge("sticky_routing_admission_memory_limit")
+            .with_unit("By")
+            .with_description(
+                "The admission memory limit on the Redis node; absent where a percentage \
+                 meets a node without maxmemory (no limit)",
+            )
+            .with_callback(move |observer| {
+                for reading in readings() {
+                    if let Some(limit) = reading.limit {
+                        observer.observe(limit, &node(&reading));
+                    }
+                }
+            })
+            .build();
+    }
+
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut out = Vec::new();
@@ -207,5 +263,39 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("sticky_routing_rpc_duration_seconds_bucket{code=\"Ok\",rpc=\"GetPin\",le=\"0.0005\"} 1"), "{text}");
+    }
+
+    #[test]
+    fn the_memory_guard_shows_per_node_and_omits_what_is_not_known() {
+        let metrics = Metrics::new().unwrap();
+        metrics.watch_memory_guard(|| {
+            vec![
+                GuardReading {
+                    node: "10.0.0.1:6379".into(),
+                    engaged: true,
+                    used_memory: Some(900),
+                    limit: Some(800),
+                },
+                GuardReading {
+                    node: "10.0.0.2:6379".into(),
+                    engaged: false,
+                    used_memory: None,
+                    limit: None,
+                },
+            ]
+        });
+        let text = metrics.render();
+        for line in [
+            "sticky_routing_admission_memory_guard_engaged{node=\"10.0.0.1:6379\"} 1",
+            "sticky_routing_admission_memory_guard_engaged{node=\"10.0.0.2:6379\"} 0",
+            "sticky_routing_admission_memory_used_bytes{node=\"10.0.0.1:6379\"} 900",
+            "sticky_routing_admission_memory_limit_bytes{node=\"10.0.0.1:6379\"} 800",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+        assert!(
+            !text.contains("memory_used_bytes{node=\"10.0.0.2"),
+            "{text}"
+        );
     }
 }

@@ -30,6 +30,7 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
     let redis = c.redis();
     let key_ttl = c.value(&KEY_TTL);
     let admission_window = c.value_or(&declared::ADMISSION_WINDOW, key_ttl);
+    let admission_memory_limit = c.value(&declared::ADMISSION_MEMORY_LIMIT);
     let max_combos_per_customer = c.value(&declared::MAX_COMBOS_PER_CUSTOMER);
     let default_budget = c.value(&MAX_CUSTOMERS);
     let overrides = c.per_merchant(
@@ -59,6 +60,7 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
                     default: default_budget?,
                     overrides,
                 },
+                admission_memory_limit: admission_memory_limit?,
                 min_pin_count: min_pin_count?,
                 min_score_ratio: min_score_ratio?,
             },

@@ -13,6 +13,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use super::ENV_PREFIX;
+use crate::domain::memory_guard::MemoryLimit;
 use crate::domain::pin::ScoreRatio;
 use crate::transport::admin::AdminClients;
 
@@ -140,6 +141,7 @@ settings! {
     /// The per-merchant override of [`MAX_CUSTOMERS`].
     MAX_CUSTOMERS_FOR: u64 = About::new("max_customers_", Unset(""), "per-merchant override of the budget").per_merchant(), |t| whole_number(t, 0, u64::MAX);
     ADMISSION_WINDOW: Duration = About::new("admission_window", Follows("key_ttl"), "admission window, at least 1s"), parse_whole_seconds;
+    ADMISSION_MEMORY_LIMIT: MemoryLimit = About::new("admission_memory_limit", Text("80%"), "no new customer while a Redis node's used_memory\nis at or above this: bytes (512MB, 2GiB) or 1% to\n100% of its maxmemory"), MemoryLimit::parse;
     MIN_PIN_COUNT: i64 = About::new("min_pin_count", Text("1"), "smallest count that can be pinned, at least 1"), |t| whole_number(t, 1, i64::MAX);
     MIN_SCORE_RATIO: ScoreRatio = About::new("min_score_ratio", Text("0.5"), "health veto: share of the top live score a pin\nneeds, 0 to 1; 0 turns the veto off"), parse_score_ratio;
     SHUTDOWN_GRACE: Duration = About::new("shutdown_grace", Text("20s"), "drain time after SIGTERM"), parse_duration;

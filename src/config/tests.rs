@@ -106,6 +106,35 @@ fn the_redis_timeout_is_bounded_at_a_minute() {
 }
 
 #[test]
+fn the_admission_memory_limit_takes_bytes_or_a_share_of_maxmemory() {
+    use crate::domain::memory_guard::{MemoryLimit, Percent};
+    let limit = |text: &str| {
+        Settings::load(
+            None,
+            &env(&[("STICKY_ROUTING_ADMISSION_MEMORY_LIMIT", text)]),
+        )
+        .map(|s| s.rules.admission_memory_limit)
+    };
+    assert_eq!(
+        Settings::defaults().rules.admission_memory_limit,
+        MemoryLimit::OfMaxmemory(Percent::new(80.0).unwrap())
+    );
+    assert_eq!(limit("2GiB").unwrap(), MemoryLimit::Bytes(2 << 30));
+    assert_eq!(
+        limit(" 12.5% ").unwrap(),
+        MemoryLimit::OfMaxmemory(Percent::new(12.5).unwrap())
+    );
+    for bad in ["0%", "100.5%", "2 GB", "lots"] {
+        let err = limit(bad).unwrap_err();
+        assert_eq!(err.problems.len(), 1, "{err}");
+        assert!(
+            err.problems[0].starts_with("STICKY_ROUTING_ADMISSION_MEMORY_LIMIT: "),
+            "{err}"
+        );
+    }
+}
+
+#[test]
 fn the_file_sits_between_defaults_and_environment() {
     let path = temp_file(
         "layers.toml",

@@ -11,6 +11,7 @@ pub mod counts;
 pub mod habits;
 pub mod ids;
 pub mod keys;
+pub mod memory_guard;
 pub mod pin;
 pub mod prune;
 pub mod rules;

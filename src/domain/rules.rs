@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use super::admission::Budgets;
+use super::memory_guard::MemoryLimit;
 use super::pin::ScoreRatio;
 
 /// Every rule of the contract that an operator can tune.
@@ -23,6 +24,9 @@ pub struct Rules {
     pub admission_window: Duration,
     /// The admission budgets: a default and per-merchant overrides.
     pub budgets: Budgets,
+    /// No new customer is admitted on a Redis node whose `used_memory` is at
+    /// or above this: the bound on every merchant together.
+    pub admission_memory_limit: MemoryLimit,
     /// Counts below this never pin (at least 1).
     pub min_pin_count: i64,
     /// The health veto's default bar, as a share of the top live score;

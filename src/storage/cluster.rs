@@ -47,6 +47,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::memory_watch::NodeGuard;
 use super::settings::RedisSettings;
 
 /// Redis Cluster's hash slots.
@@ -66,6 +67,8 @@ pub(crate) struct Node {
     pub server: Server,
     pub pool: Pool,
     pub in_flight: Arc<Semaphore>,
+    /// Whether this shard refuses new customers (the memory guard).
+    pub guard: Arc<NodeGuard>,
 }
 
 /// Which primary serves each slot.
@@ -380,6 +383,7 @@ impl Cluster {
             server: server.clone(),
             pool,
             in_flight: super::store::in_flight_limit(&self.redis),
+            guard: Arc::new(NodeGuard::new(&server.to_string())),
         }))
     }
 

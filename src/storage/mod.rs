@@ -10,6 +10,7 @@
 
 mod cluster;
 mod error;
+mod memory_watch;
 mod scripts;
 mod sentinel_watch;
 mod settings;

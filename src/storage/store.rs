@@ -18,6 +18,7 @@ use tokio_util::task::TaskTracker;
 
 use super::cluster::{Cluster, Node};
 use super::error::{CallKind, ConnectError, NotApplied, StorageError};
+use super::memory_watch::{NodeGuard, Watched};
 use super::scripts::{LuaScript, Scripts};
 use super::sentinel_watch::SentinelWatch;
 use super::settings::RedisSettings;
@@ -27,6 +28,7 @@ use crate::domain::combo::Combo;
 use crate::domain::counts::Recorded;
 use crate::domain::ids::{CustomerId, MerchantId};
 use crate::domain::keys::{self, AdmissionKey, CustomerKey};
+use crate::domain::memory_guard::{GuardReading, MemoryLimit};
 
 /// The Redis-backed store. Cheap to clone: clones share the pool.
 #[derive(Clone)]
@@ -57,6 +59,8 @@ enum Backend {
         /// is refused at once, with nothing sent, instead of piling up behind
         /// a slow or stalled Redis until its deadline.
         in_flight: Arc<Semaphore>,
+        /// Whether this node refuses new customers (the memory guard).
+        guard: Arc<NodeGuard>,
     },
     /// Redis Cluster: a pool per primary, chosen by the key's slot, so that
     /// one shard's failure stalls no other shard (see `cluster.rs`).
@@ -154,7 +158,13 @@ impl RedisStore {
             // not needed.
             drop(pool.connect_pool());
             let in_flight = in_flight_limit(redis);
-            (Backend::Single { pool, in_flight }, sentinel_watch)
+            let guard = Arc::new(NodeGuard::new(&first_host(&config)));
+            let single = Backend::Single {
+                pool,
+                in_flight,
+                guard,
+            };
+            (single, sentinel_watch)
         };
         Ok(Self {
             backend,
@@ -217,6 +227,47 @@ impl RedisStore {
         Ok(())
     }
 
+    /// Starts the memory guard for admission: every node's `INFO memory`,
+    /// polled about once a second on `tasks` until the store quits. Without
+    /// it no node ever refuses a new customer.
+    pub fn guard_admission_memory(&self, limit: MemoryLimit, tasks: &TaskTracker) {
+        super::spawn_until_stopped(
+            tasks,
+            &self.stop,
+            super::memory_watch::watch(self.watched(), limit),
+        );
+    }
+
+    /// A reader of every node's guard state, for `/metrics`. It holds the
+    /// store's connections only weakly on Cluster, and never keeps the store
+    /// from stopping.
+    pub fn memory_guard_readings(&self) -> impl Fn() -> Vec<GuardReading> + Send + Sync + 'static {
+        let watched = self.watched();
+        move || watched.readings()
+    }
+
+    fn watched(&self) -> Watched {
+        match &self.backend {
+            Backend::Single { pool, guard, .. } => Watched::Single {
+                pool: pool.clone(),
+                guard: guard.clone(),
+            },
+            Backend::Cluster(cluster) => Watched::Cluster(Arc::downgrade(cluster)),
+        }
+    }
+
+    /// Whether the memory guard refuses a new customer whose hash would be
+    /// `key`: the guard of the node that would hold it decides. One atomic
+    /// load (on Cluster, a slot-table lookup too); it never waits for Redis.
+    pub(crate) fn memory_guard_refuses(&self, key: &CustomerKey) -> bool {
+        match &self.backend {
+            Backend::Single { guard, .. } => guard.refuses_new_customers(),
+            Backend::Cluster(cluster) => cluster
+                .route(redis_keyslot(key.as_bytes()))
+                .is_ok_and(|node| node.guard.refuses_new_customers()),
+        }
+    }
+
     /// Stops the store's background tasks and closes every connection.
     pub async fn quit(&self) {
         self.stop.cancel();
@@ -238,7 +289,9 @@ impl RedisStore {
     /// problem: it is history once Redis answers.
     pub async fn ping(&self, deadline: Instant) -> Result<(), StorageError> {
         let result = match &self.backend {
-            Backend::Single { pool, in_flight } => {
+            Backend::Single {
+                pool, in_flight, ..
+            } => {
                 let call = self.call_on(pool, in_flight, deadline, false)?;
                 call.client
                     .ping::<()>(None)
@@ -486,7 +539,9 @@ impl RedisStore {
         Fut: Future<Output = Result<T, Error>>,
     {
         match &self.backend {
-            Backend::Single { pool, in_flight } => {
+            Backend::Single {
+                pool, in_flight, ..
+            } => {
                 let call = self.call_on(pool, in_flight, deadline, write)?;
                 call.run(op).await
             }
@@ -605,6 +660,16 @@ impl RedisStore {
             _in_flight: permit,
         })
     }
+}
+
+/// The first server `config` names, to name a single node before it is
+/// polled (behind Sentinel, the poll names the primary).
+fn first_host(config: &Config) -> String {
+    config
+        .server
+        .hosts()
+        .first()
+        .map_or_else(|| "-".to_owned(), ToString::to_string)
 }
 
 /// `queue_limit` per connection of one pool.

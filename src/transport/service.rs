@@ -120,7 +120,7 @@ impl StickyRouting for StickyRoutingService {
                 if let Recorded::NotAdmitted = recorded {
                     tracing::debug!(
                         merchant = cmd.merchant.as_str(),
-                        "new customer over the admission budget"
+                        "new customer not admitted: over the admission budget, or the memory guard is engaged"
                     );
                 }
                 Ok(recorded)

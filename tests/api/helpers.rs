@@ -100,7 +100,7 @@ impl TestRedis {
     }
 
     /// The ports that hold the data now: the server, or the primaries.
-    fn data_ports(&self) -> Vec<u16> {
+    pub fn data_ports(&self) -> Vec<u16> {
         match self {
             Self::Single(server) => vec![server.port],
             Self::Cluster(cluster) => cluster.primaries(),

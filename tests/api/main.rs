@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod admission;
+mod admission_memory;
 mod bad_input;
 mod concurrency;
 mod connections;
