@@ -14,6 +14,7 @@ pub mod keys;
 pub mod pin;
 pub mod prune;
 pub mod rules;
+pub mod text;
 
 pub use ids::InvalidInput;
 pub use rules::Rules;
