@@ -4,6 +4,8 @@
 pub mod codec;
 mod convert;
 pub mod deadline;
+#[cfg(test)]
+mod fuzz;
 pub mod gate;
 pub mod health;
 mod service;
