@@ -1,5 +1,5 @@
 # The README's two commands: `make run` and `make test`.
-.PHONY: run test lint ci bench
+.PHONY: run test lint ci bench fuzz
 
 # The service against a local redis-server that it starts itself.
 run:
@@ -12,6 +12,13 @@ test:
 	scripts/ensure-redis.sh
 	cargo test --locked
 	cargo test --locked -p sticky-bench
+
+# The long fuzz of the gRPC edge (src/transport/fuzz.rs): a million cases
+# through decode, validation, key encoding and the answer, in release; no
+# Redis. `make test` runs a short version. FUZZ_CASES and FUZZ_SEED change
+# the run; FUZZ_CASE=n replays case n alone.
+fuzz:
+	cargo test --release --locked --lib transport::fuzz::tests::long_run -- --ignored --exact --nocapture
 
 # What CI checks besides the tests.
 lint:

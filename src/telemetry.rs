@@ -40,7 +40,8 @@ const LATENCY_BUCKETS: &[f64] = &[
 pub enum Refusal {
     /// Over `STICKY_ROUTING_MAX_IN_FLIGHT`: `RESOURCE_EXHAUSTED`.
     Shed,
-    /// Not protobuf, or not valid UTF-8 in a string: `INVALID_ARGUMENT`.
+    /// Not protobuf, not valid UTF-8 in a string, or not one well-formed
+    /// gRPC frame: `INVALID_ARGUMENT`.
     Undecodable,
     /// Over the message size limit: `OUT_OF_RANGE`.
     OverSize,

@@ -22,7 +22,7 @@
 
 use sha1::{Digest, Sha1};
 
-use super::ids::InvalidInput;
+use super::ids::{InvalidInput, reject_forbidden_chars};
 
 /// The hash field that holds the remembered attempts.
 pub const ATTEMPTS_FIELD: &str = ":a";
@@ -44,7 +44,7 @@ pub fn is_bookkeeping(field: &str) -> bool {
 }
 
 /// The orchestrator's id of one payment attempt: trimmed, case kept,
-/// 1..=128 bytes, no control characters.
+/// 1..=128 bytes, no control or invisible formatting characters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttemptId(String);
 
@@ -65,12 +65,7 @@ impl AttemptId {
                 ),
             ));
         }
-        if id.chars().any(char::is_control) {
-            return Err(InvalidInput::new(
-                "attempt_id",
-                "must not contain control characters",
-            ));
-        }
+        reject_forbidden_chars(id, "attempt_id")?;
         Ok(Some(Self(id.to_owned())))
     }
 
@@ -151,7 +146,13 @@ mod tests {
 
     #[test]
     fn bad_attempt_ids_are_rejected_by_name() {
-        for raw in ["a\u{0}b", "a\nb", &"x".repeat(129)] {
+        for raw in [
+            "a\u{0}b",
+            "a\nb",
+            "a\u{200B}b",
+            "\u{202E}ab",
+            &"x".repeat(129),
+        ] {
             assert_eq!(AttemptId::parse(raw).unwrap_err().field, "attempt_id");
         }
         assert!(AttemptId::parse(&"x".repeat(128)).unwrap().is_some());

@@ -4,8 +4,16 @@
 //! The limits come from Redis: ids become part of a key, and a hash field must
 //! stay within `hash-max-listpack-value` (64 bytes) so the customer hash keeps
 //! its compact listpack encoding.
+//!
+//! No field may hold a control character or an invisible formatting one
+//! (zero-width, bidirectional: see `text`). Ids come from the orchestrator's
+//! own systems, which never make such ids, and accepting them would let two
+//! ids that look the same in a log be two customers, or let an id display as
+//! another. They are refused, not stripped, so no two ids merge.
 
 use std::fmt;
+
+use super::text;
 
 /// Longest merchant or customer id, in bytes, after trimming.
 pub const MAX_ID_BYTES: usize = 128;
@@ -29,12 +37,13 @@ impl InvalidInput {
     }
 }
 
-/// A merchant id: trimmed, 1..=128 bytes, no control characters.
+/// A merchant id: trimmed, 1..=128 bytes, no control or invisible formatting
+/// characters.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct MerchantId(String);
 
-/// A customer id: trimmed, 1..=128 bytes, no control characters. Personal
-/// data: never log it.
+/// A customer id: trimmed, 1..=128 bytes, no control or invisible formatting
+/// characters. Personal data: never log it.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct CustomerId(String);
 
@@ -112,7 +121,7 @@ impl Connector {
         if raw.is_empty() {
             return Err(InvalidInput::new(field, "must not be empty"));
         }
-        reject_control_chars(raw, field)?;
+        reject_forbidden_chars(raw, field)?;
         reject_longer_than(raw, MAX_FIELD_BYTES, field)?;
         Ok(Self(raw.to_owned()))
     }
@@ -128,7 +137,7 @@ fn parse_id(raw: &str, field: &str) -> Result<String, InvalidInput> {
         return Err(InvalidInput::new(field, "must not be empty"));
     }
     reject_longer_than(id, MAX_ID_BYTES, field)?;
-    reject_control_chars(id, field)?;
+    reject_forbidden_chars(id, field)?;
     Ok(id.to_owned())
 }
 
@@ -143,19 +152,25 @@ fn parse_method_part(raw: &str, field: &str) -> Result<String, InvalidInput> {
             "must not contain ':' (it separates the parts of a hash field)",
         ));
     }
-    reject_control_chars(&part, field)?;
+    reject_forbidden_chars(&part, field)?;
     reject_longer_than(&part, MAX_FIELD_BYTES, field)?;
     Ok(part)
 }
 
-fn reject_control_chars(value: &str, field: &str) -> Result<(), InvalidInput> {
-    if value.chars().any(char::is_control) {
-        return Err(InvalidInput::new(
+/// Refuses control and invisible formatting characters (see `text`), naming
+/// the code point so the caller can find a character it cannot see.
+pub(crate) fn reject_forbidden_chars(value: &str, field: &str) -> Result<(), InvalidInput> {
+    match text::first_forbidden(value) {
+        None => Ok(()),
+        Some(ch) => Err(InvalidInput::new(
             field,
-            "must not contain control characters",
-        ));
+            format!(
+                "must not contain U+{:04X}: control characters and invisible formatting \
+                 characters (zero-width, bidirectional) are not allowed",
+                u32::from(ch)
+            ),
+        )),
     }
-    Ok(())
 }
 
 fn reject_longer_than(value: &str, max: usize, field: &str) -> Result<(), InvalidInput> {
@@ -197,6 +212,46 @@ mod tests {
             );
         }
         assert!(MerchantId::parse(&"x".repeat(128)).is_ok());
+    }
+
+    /// A zero-width space makes a look-alike of a valid id; a right-to-left
+    /// override makes an id display reversed. Both are refused by field name.
+    #[test]
+    fn ids_with_invisible_or_bidi_characters_are_rejected() {
+        for raw in [
+            "c\u{200B}1",
+            "\u{202E}1c",
+            "c1\u{FEFF}",
+            "c\u{2066}1\u{2069}",
+        ] {
+            let err = CustomerId::parse(raw).unwrap_err();
+            assert_eq!(err.field, "customer_id", "{raw:?}");
+            assert!(err.reason.contains("U+"), "{}", err.reason);
+            assert_eq!(MerchantId::parse(raw).unwrap_err().field, "merchant_id");
+        }
+        assert!(CustomerId::parse("c1").is_ok());
+        let err = CustomerId::parse("c\u{200B}1").unwrap_err();
+        assert!(
+            err.reason.starts_with("must not contain U+200B"),
+            "{}",
+            err.reason
+        );
+    }
+
+    #[test]
+    fn other_text_fields_reject_invisible_characters_too() {
+        assert_eq!(
+            PaymentMethod::parse("inter\u{200B}ac").unwrap_err().field,
+            "payment_method"
+        );
+        assert_eq!(
+            PaymentMethodType::parse("\u{202E}rtp").unwrap_err().field,
+            "payment_method_type"
+        );
+        assert_eq!(
+            Connector::parse("GIGA\u{200D}DAT").unwrap_err().field,
+            "connector"
+        );
     }
 
     #[test]
@@ -247,6 +302,7 @@ mod tests {
             if let Ok(id) = MerchantId::parse(&raw) {
                 prop_assert_eq!(id.as_str(), raw.trim());
                 prop_assert!(!id.as_str().is_empty() && id.as_str().len() <= MAX_ID_BYTES);
+                prop_assert!(!id.as_str().chars().any(text::is_forbidden));
             }
         }
 

@@ -15,6 +15,7 @@ pub mod memory_guard;
 pub mod pin;
 pub mod prune;
 pub mod rules;
+pub mod text;
 
 pub use ids::InvalidInput;
 pub use rules::Rules;

@@ -10,6 +10,12 @@
 //! are never counted and never refused. A call over the limit is answered
 //! `RESOURCE_EXHAUSTED` before its body is read, so it costs no decoding
 //! and never touches Redis; the caller retries on another pod.
+//!
+//! The gate also re-labels tonic's answer to a body that is not one
+//! well-formed gRPC frame (empty, cut short, flagged compressed without a
+//! `grpc-encoding`): tonic answers `INTERNAL`, as gRPC's guide says of a
+//! server's own parse failures, but here it is the caller's bad input, like
+//! a message that does not decode, and `INTERNAL` is kept for real faults.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -129,6 +135,7 @@ where
                 let Ok(response) = std::task::ready!(inner.poll(cx));
                 // The handler's work is done; the body only carries its answer.
                 permit.take();
+                let response = relabel_broken_frame(response);
                 if let Some(refusal) = refused_before_the_handler(&response) {
                     metrics.refused(refusal);
                 }
@@ -163,6 +170,42 @@ fn refused_before_the_handler(response: &http::Response<Body>) -> Option<Refusal
     }
 }
 
+/// How tonic 0.14's answers to a body that is not one well-formed frame
+/// begin (`codec/decode.rs`, `server/grpc.rs`). A handler never says these
+/// words; the fuzz (`src/transport/fuzz.rs`) fails if tonic changes them.
+const TONIC_FRAME_ERRORS: &[&str] = &[
+    "Missing request message",
+    "Unexpected EOF decoding stream",
+    "protocol error: received message with",
+];
+
+/// tonic's `INTERNAL` answer to a broken frame, as `INVALID_ARGUMENT`
+/// starting with [`UNDECODABLE`]; any other answer as it is. Only an
+/// `INTERNAL` answer pays for more than the one header lookup.
+fn relabel_broken_frame(response: http::Response<Body>) -> http::Response<Body> {
+    let headers = response.headers();
+    let internal = headers
+        .get("grpc-status")
+        .is_some_and(|code| Code::from_bytes(code.as_bytes()) == Code::Internal);
+    if !internal {
+        return response;
+    }
+    match Status::from_header_map(headers) {
+        Some(status)
+            if TONIC_FRAME_ERRORS
+                .iter()
+                .any(|words| status.message().starts_with(words)) =>
+        {
+            Status::invalid_argument(format!(
+                "{UNDECODABLE} (the body is not one well-formed gRPC frame: {})",
+                status.message()
+            ))
+            .into_http()
+        }
+        _ => response,
+    }
+}
+
 /// `grpc-message` as sent: tonic percent-encodes spaces and a few other
 /// characters, none of which [`UNDECODABLE`] holds but the space.
 fn percent_decoded(message: &[u8]) -> String {
@@ -193,6 +236,32 @@ mod tests {
         assert_eq!(refused_before_the_handler(&answer(bad_field)), None);
         let ok = http::Response::new(Body::empty());
         assert_eq!(refused_before_the_handler(&ok), None);
+    }
+
+    #[test]
+    fn broken_frames_are_the_callers_fault_and_other_internals_stay() {
+        for words in [
+            "Missing request message.",
+            "Unexpected EOF decoding stream.",
+            "protocol error: received message with compressed-flag but no grpc-encoding was specified",
+            "protocol error: received message with invalid compression flag: 2 (valid flags are 0 and 1), while sending request",
+        ] {
+            let answer = relabel_broken_frame(answer(Status::internal(words)));
+            let status = Status::from_header_map(answer.headers()).unwrap();
+            assert_eq!(status.code(), Code::InvalidArgument, "{words}");
+            assert!(status.message().starts_with(UNDECODABLE), "{status:?}");
+            assert!(status.message().contains(words), "{status:?}");
+            assert_eq!(
+                refused_before_the_handler(&answer),
+                Some(Refusal::Undecodable)
+            );
+        }
+        let foreign = Status::internal("a value stored under the customer's hash is not one");
+        let answer = relabel_broken_frame(answer(foreign));
+        let status = Status::from_header_map(answer.headers()).unwrap();
+        assert_eq!(status.code(), Code::Internal);
+        let ok = relabel_broken_frame(http::Response::new(Body::empty()));
+        assert!(ok.headers().is_empty());
     }
 
     #[test]

@@ -5,6 +5,8 @@ pub mod admin;
 pub mod codec;
 mod convert;
 pub mod deadline;
+#[cfg(test)]
+mod fuzz;
 pub mod gate;
 pub mod health;
 mod service;

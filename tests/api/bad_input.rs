@@ -28,6 +28,8 @@ fn bad_ids() -> Vec<(&'static str, String)> {
         ("NUL", "a\u{0}b".into()),
         ("newline", "a\nb".into()),
         ("DEL", "a\u{7f}b".into()),
+        ("zero-width space", "c\u{200B}1".into()),
+        ("right-to-left override", "\u{202E}1c".into()),
     ]
 }
 
@@ -269,6 +271,51 @@ async fn bad_ids_are_rejected_by_get_habits_and_forget_customer(#[case] topology
         app.pin(pin_request("c1", &[])).await.unwrap().pinned,
         "a bad forget deleted the customer"
     );
+}
+
+/// A zero-width space makes a look-alike of a customer that exists, and a
+/// right-to-left override makes an id display as another: every RPC refuses
+/// them by field name, in every text field, and writes nothing.
+#[tokio::test]
+async fn invisible_and_bidi_characters_are_rejected_by_name() {
+    let app = spawn_app().await;
+    app.success("c1", "GIGADAT").await;
+    let before = app.keys().await;
+    for (field, merchant, customer) in [
+        ("customer_id", "m1", "c\u{200B}1"),
+        ("customer_id", "m1", "\u{202E}1c"),
+        ("merchant_id", "m\u{200B}1", "c1"),
+        ("merchant_id", "\u{202E}1m", "c1"),
+    ] {
+        let case = format!("{field} {:?}", format!("{merchant}/{customer}"));
+        for kind in [pb::Outcome::Success, pb::Outcome::GatewayFailure] {
+            let request = outcome(merchant, customer, "GIGADAT", kind);
+            assert_invalid(app.record(request).await, field, &case);
+        }
+        let mut pin = pin_request(customer, &[]);
+        pin.merchant_id = merchant.into();
+        assert_invalid(app.pin(pin).await, field, &case);
+        let (merchant_id, customer_id) = (merchant.to_owned(), customer.to_owned());
+        let habits = pb::GetHabitsRequest {
+            merchant_id: merchant_id.clone(),
+            customer_id: customer_id.clone(),
+        };
+        assert_invalid(app.api.clone().get_habits(habits).await, field, &case);
+        let forget = pb::ForgetCustomerRequest {
+            merchant_id,
+            customer_id,
+        };
+        assert_invalid(app.api.clone().forget_customer(forget).await, field, &case);
+    }
+    let mut request = outcome("m1", "c1", "GIGA\u{200D}DAT", pb::Outcome::Success);
+    assert_invalid(app.record(request.clone()).await, "connector", "ZWJ");
+    request.connector = "GIGADAT".into();
+    request.attempt_id = "pay\u{200B}1".into();
+    assert_invalid(app.record(request).await, "attempt_id", "ZWSP");
+    let pin = pin_request("c1", &["GIGADAT", "\u{202E}TADAGIG"]);
+    assert_invalid(app.pin(pin).await, "eligible_connectors[1]", "RLO");
+    assert_eq!(app.keys().await, before, "a bad request changed redis");
+    assert_eq!(app.habits("c1").await.habits[0].net_count, 1);
 }
 
 #[rstest]

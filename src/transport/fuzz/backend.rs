@@ -1,0 +1,174 @@
+//! The handlers as `StickyRoutingService` runs them, with the store's
+//! answer taken from the case instead of Redis: validate with `convert`,
+//! encode the keys, build the answer with the domain and `convert`, map
+//! errors with `ApiError`. On the way it checks what the domain promises of
+//! every value it accepted.
+
+use tonic::{Request, Response, Status};
+
+use super::requests::{StoreAnswer, StoreFailure};
+use crate::domain::attempts::{self, AttemptId};
+use crate::domain::combo::{Combo, split_field};
+use crate::domain::habits::ordered_habits;
+use crate::domain::ids::{CustomerId, MAX_FIELD_BYTES, MAX_ID_BYTES, MerchantId};
+use crate::domain::keys::{self, ADMISSION_KEY_PREFIX, CUSTOMER_KEY_PREFIX};
+use crate::domain::pin::{ScoreRatio, choose_pin};
+use crate::domain::text;
+use crate::storage::{NoAnswer, NotApplied, StorageError};
+use crate::transport::convert;
+use crate::transport::pb;
+use crate::transport::pb::sticky_routing_server::StickyRouting;
+use crate::transport::status::ApiError;
+
+pub struct Backend;
+
+/// The store's answer the case put in the request's extensions.
+fn answer_of<T>(request: &Request<T>) -> StoreAnswer {
+    request
+        .extensions()
+        .get::<StoreAnswer>()
+        .cloned()
+        .expect("every fuzz call carries the store's answer")
+}
+
+fn respond<T>(result: Result<T, ApiError>) -> Result<Response<T>, Status> {
+    result.map(Response::new).map_err(Status::from)
+}
+
+impl StoreAnswer {
+    /// The store's failure, if the case has it fail.
+    fn outcome(&self) -> Result<(), ApiError> {
+        let error = match self.failure {
+            None => return Ok(()),
+            Some(StoreFailure::Unavailable) => StorageError::Unavailable {
+                why: NotApplied::NoConnection,
+                detail: "fuzz: 10.0.0.7:6379 down".into(),
+            },
+            Some(StoreFailure::MaybeApplied) => StorageError::MaybeApplied {
+                why: NoAnswer::ConnectionLost,
+                detail: "fuzz: 10.0.0.7:6379 lost".into(),
+            },
+            Some(StoreFailure::DeadlineExceeded) => StorageError::DeadlineExceeded,
+        };
+        Err(error.into())
+    }
+}
+
+#[tonic::async_trait]
+impl StickyRouting for Backend {
+    async fn record_outcome(
+        &self,
+        request: Request<pb::RecordOutcomeRequest>,
+    ) -> Result<Response<pb::RecordOutcomeResponse>, Status> {
+        let answer = answer_of(&request);
+        let req = request.into_inner();
+        respond((|| {
+            let cmd = convert::record_command(&req)?;
+            check_customer(&cmd.merchant, &cmd.customer);
+            check_combo(&cmd.combo, &req);
+            check_attempt(cmd.attempt.as_ref(), &req.attempt_id);
+            answer.outcome()?;
+            Ok(convert::record_response(answer.recorded))
+        })())
+    }
+
+    async fn get_pin(
+        &self,
+        request: Request<pb::GetPinRequest>,
+    ) -> Result<Response<pb::GetPinResponse>, Status> {
+        let answer = answer_of(&request);
+        let req = request.into_inner();
+        respond((|| {
+            let (merchant, customer, query) =
+                convert::pin_query(&req, answer.min_pin_count, ScoreRatio::DEFAULT)?;
+            check_customer(&merchant, &customer);
+            answer.outcome()?;
+            Ok(convert::pin_response(choose_pin(&answer.fields, &query)))
+        })())
+    }
+
+    async fn get_habits(
+        &self,
+        request: Request<pb::GetHabitsRequest>,
+    ) -> Result<Response<pb::GetHabitsResponse>, Status> {
+        let answer = answer_of(&request);
+        let req = request.into_inner();
+        respond((|| {
+            let (merchant, customer) = convert::customer_ref(&req.merchant_id, &req.customer_id)?;
+            check_customer(&merchant, &customer);
+            answer.outcome()?;
+            let habits = ordered_habits(&answer.fields);
+            Ok(convert::habits_response(habits, answer.ttl.max(0)))
+        })())
+    }
+
+    async fn forget_customer(
+        &self,
+        request: Request<pb::ForgetCustomerRequest>,
+    ) -> Result<Response<pb::ForgetCustomerResponse>, Status> {
+        let answer = answer_of(&request);
+        let req = request.into_inner();
+        respond((|| {
+            let (merchant, customer) = convert::customer_ref(&req.merchant_id, &req.customer_id)?;
+            check_customer(&merchant, &customer);
+            answer.outcome()?;
+            Ok(pb::ForgetCustomerResponse {
+                existed: answer.existed,
+            })
+        })())
+    }
+}
+
+/// An accepted id is trimmed, 1..=128 bytes and visible; both keys hold no
+/// hash tag and decode back to the ids, so no two customers share a key.
+fn check_customer(merchant: &MerchantId, customer: &CustomerId) {
+    for id in [merchant.as_str(), customer.as_str()] {
+        assert!(!id.is_empty() && id.len() <= MAX_ID_BYTES && id == id.trim());
+        assert_eq!(text::first_forbidden(id), None);
+    }
+    let key = keys::customer_key(merchant, customer);
+    assert!(!key.contains(['{', '}']), "a hash tag in a customer key");
+    let (m, c) = key
+        .strip_prefix(CUSTOMER_KEY_PREFIX)
+        .and_then(|rest| rest.split_once('_'))
+        .expect("a customer key is prefix, merchant, '_', customer");
+    assert_eq!(unescape(m), merchant.as_str());
+    assert_eq!(unescape(c), customer.as_str());
+    let admission = keys::admission_key(merchant);
+    let m = admission
+        .strip_prefix(ADMISSION_KEY_PREFIX)
+        .expect("an admission key starts with its prefix");
+    assert!(!m.contains(['{', '}', '_']));
+    assert_eq!(unescape(m), merchant.as_str());
+}
+
+/// The inverse of the key escape (README, Redis layout).
+fn unescape(escaped: &str) -> String {
+    escaped
+        .replace("%5F", "_")
+        .replace("%7B", "{")
+        .replace("%7D", "}")
+        .replace("%25", "%")
+}
+
+/// The combo's field fits a listpack entry, is never the bookkeeping field,
+/// and splits back into what the caller sent.
+fn check_combo(combo: &Combo, req: &pb::RecordOutcomeRequest) {
+    let field = combo.field();
+    assert!(field.len() <= MAX_FIELD_BYTES && !attempts::is_bookkeeping(field));
+    let parts = split_field(field).expect("a combo field has two colons");
+    assert_eq!(parts.method, req.payment_method.trim().to_uppercase());
+    assert_eq!(
+        parts.method_type,
+        req.payment_method_type.trim().to_uppercase()
+    );
+    assert_eq!(parts.connector, req.connector);
+}
+
+/// An attempt id is present exactly when the caller sent a non-blank one.
+fn check_attempt(attempt: Option<&AttemptId>, raw: &str) {
+    assert_eq!(attempt.is_some(), !raw.trim().is_empty());
+    if let Some(attempt) = attempt {
+        attempt.digest();
+    }
+}

@@ -1,0 +1,315 @@
+//! Structure-aware inputs: request messages whose fields are mostly
+//! plausible, so that most calls get past decoding into validation and key
+//! encoding, with the edge cases of each rule mixed in; and the answer the
+//! store would give, since Redis hands back bytes too.
+
+use prost::Message as _;
+
+use super::rng::Rng;
+use crate::domain::counts::Recorded;
+use crate::transport::pb;
+
+/// The four RPCs of the service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rpc {
+    RecordOutcome,
+    GetPin,
+    GetHabits,
+    ForgetCustomer,
+}
+
+impl Rpc {
+    pub const ALL: [Rpc; 4] = [
+        Rpc::RecordOutcome,
+        Rpc::GetPin,
+        Rpc::GetHabits,
+        Rpc::ForgetCustomer,
+    ];
+
+    pub fn path(self) -> &'static str {
+        match self {
+            Rpc::RecordOutcome => "/sticky_routing.v1.StickyRouting/RecordOutcome",
+            Rpc::GetPin => "/sticky_routing.v1.StickyRouting/GetPin",
+            Rpc::GetHabits => "/sticky_routing.v1.StickyRouting/GetHabits",
+            Rpc::ForgetCustomer => "/sticky_routing.v1.StickyRouting/ForgetCustomer",
+        }
+    }
+}
+
+/// One request message of any RPC.
+#[derive(Debug, Clone)]
+pub enum Request {
+    Record(pb::RecordOutcomeRequest),
+    Pin(pb::GetPinRequest),
+    Habits(pb::GetHabitsRequest),
+    Forget(pb::ForgetCustomerRequest),
+}
+
+impl Request {
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            Request::Record(m) => m.encode_to_vec(),
+            Request::Pin(m) => m.encode_to_vec(),
+            Request::Habits(m) => m.encode_to_vec(),
+            Request::Forget(m) => m.encode_to_vec(),
+        }
+    }
+
+    /// The payment method and type, as a stored field would start.
+    fn method_prefix(&self) -> Option<String> {
+        let (method, method_type) = match self {
+            Request::Record(m) => (&m.payment_method, &m.payment_method_type),
+            Request::Pin(m) => (&m.payment_method, &m.payment_method_type),
+            _ => return None,
+        };
+        Some(format!(
+            "{}:{}:",
+            method.trim().to_uppercase(),
+            method_type.trim().to_uppercase()
+        ))
+    }
+}
+
+/// A failure of the store that the backend reports instead of an answer:
+/// the ones that are not `INTERNAL`. A foreign value in Redis is
+/// `INTERNAL` by design (README), and is not the caller's input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreFailure {
+    Unavailable,
+    MaybeApplied,
+    DeadlineExceeded,
+}
+
+/// What the store answers the call, carried to the backend in the request.
+#[derive(Debug, Clone)]
+pub struct StoreAnswer {
+    /// The customer's hash as `fields_of` hands it over: any UTF-8 field,
+    /// any integer count.
+    pub fields: Vec<(String, i64)>,
+    pub ttl: i64,
+    pub recorded: Recorded,
+    pub existed: bool,
+    pub min_pin_count: i64,
+    pub failure: Option<StoreFailure>,
+}
+
+/// A request of `rpc` with plausible fields, and now and then bad ones:
+/// half the requests are all plausible, the rest spoil each field once in
+/// 2, 4 or 8, so that every rule is hit alone and with others.
+pub fn request(rng: &mut Rng, rpc: Rpc) -> Request {
+    let spoil = *rng.pick(&[0, 0, 0, 2, 4, 8]);
+    let g = &mut Gen { rng, spoil };
+    match rpc {
+        Rpc::RecordOutcome => Request::Record(pb::RecordOutcomeRequest {
+            merchant_id: g.id(MERCHANTS),
+            customer_id: g.id(CUSTOMERS),
+            payment_method: g.id(METHODS),
+            payment_method_type: g.id(METHOD_TYPES),
+            connector: g.id(CONNECTORS),
+            outcome: g.outcome(),
+            attempt_id: if g.rng.one_in(2) {
+                String::new()
+            } else {
+                g.id(ATTEMPTS)
+            },
+        }),
+        Rpc::GetPin => Request::Pin(pb::GetPinRequest {
+            merchant_id: g.id(MERCHANTS),
+            customer_id: g.id(CUSTOMERS),
+            payment_method: g.id(METHODS),
+            payment_method_type: g.id(METHOD_TYPES),
+            eligible_connectors: (0..g.count()).map(|_| g.id(CONNECTORS)).collect(),
+            connector_scores: (0..g.count())
+                .map(|_| (g.id(CONNECTORS), g.score()))
+                .collect(),
+            min_score_ratio: (!g.rng.one_in(2)).then(|| g.score()),
+        }),
+        Rpc::GetHabits => Request::Habits(pb::GetHabitsRequest {
+            merchant_id: g.id(MERCHANTS),
+            customer_id: g.id(CUSTOMERS),
+        }),
+        Rpc::ForgetCustomer => Request::Forget(pb::ForgetCustomerRequest {
+            merchant_id: g.id(MERCHANTS),
+            customer_id: g.id(CUSTOMERS),
+        }),
+    }
+}
+
+/// Field values: plausible ones, spoiled once in `spoil` (never when 0).
+struct Gen<'r> {
+    rng: &'r mut Rng,
+    spoil: usize,
+}
+
+impl Gen<'_> {
+    fn spoils(&mut self) -> bool {
+        self.spoil != 0 && self.rng.one_in(self.spoil)
+    }
+
+    fn id(&mut self, plausible: &[&str]) -> String {
+        if self.spoils() {
+            text(self.rng)
+        } else {
+            (*self.rng.pick(plausible)).to_owned()
+        }
+    }
+
+    fn outcome(&mut self) -> i32 {
+        if self.spoils() {
+            *self.rng.pick(&[0, 3, -1, i32::MAX, i32::MIN])
+        } else if self.rng.one_in(2) {
+            pb::Outcome::Success.into()
+        } else {
+            pb::Outcome::GatewayFailure.into()
+        }
+    }
+
+    /// How many entries a repeated field gets: mostly none or a few,
+    /// sometimes up to the limit of 64 and past it.
+    fn count(&mut self) -> usize {
+        match self.rng.below(16) {
+            0 => {
+                let spread = if self.spoils() { 7 } else { 5 };
+                60 + self.rng.below(spread)
+            }
+            1..=7 => 0,
+            _ => 1 + self.rng.below(4),
+        }
+    }
+
+    /// A score or ratio: plausible is in [0, 1]; spoiled is anything.
+    fn score(&mut self) -> f64 {
+        if !self.spoils() {
+            return self.rng.below(1001) as f64 / 1000.0;
+        }
+        if self.rng.one_in(2) {
+            return f64::from_bits(self.rng.next());
+        }
+        *self.rng.pick(&[
+            -0.0,
+            1.000_000_1,
+            -1.0,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::MIN_POSITIVE / 2.0,
+            f64::MAX,
+        ])
+    }
+}
+
+/// The store's answer to `request`: fields of its payment method (so that
+/// pins and vetoes happen) among foreign ones, and odd counts.
+pub fn store_answer(rng: &mut Rng, request: Option<&Request>) -> StoreAnswer {
+    let prefix = request
+        .and_then(Request::method_prefix)
+        .unwrap_or_else(|| "INTERAC:RTP:".into());
+    let fields = (0..rng.below(8))
+        .map(|_| {
+            let field = match rng.below(4) {
+                0 | 1 => format!("{prefix}{}", rng.pick(CONNECTORS)),
+                2 => format!("{}:{}:{}", text(rng), text(rng), text(rng)),
+                _ => text(rng),
+            };
+            (field, stored_count(rng))
+        })
+        .collect();
+    let recorded = match rng.below(4) {
+        0 => Recorded::Applied {
+            net_count: stored_count(rng),
+            pruned: rng.next() as u32,
+        },
+        1 => Recorded::IgnoredNoHabit,
+        2 => Recorded::NotAdmitted,
+        _ => Recorded::Duplicate {
+            net_count: stored_count(rng),
+        },
+    };
+    let failure = match rng.below(48) {
+        0 => Some(StoreFailure::Unavailable),
+        1 => Some(StoreFailure::MaybeApplied),
+        2 => Some(StoreFailure::DeadlineExceeded),
+        _ => None,
+    };
+    StoreAnswer {
+        fields,
+        ttl: if rng.one_in(4) {
+            rng.next() as i64
+        } else {
+            86_400
+        },
+        recorded,
+        existed: rng.one_in(2),
+        min_pin_count: 1 + rng.below(3) as i64,
+        failure,
+    }
+}
+
+const MERCHANTS: &[&str] = &["m1", "merchant_123", "{m}", "m%5F", "Mé日", " m1\t"];
+const CUSTOMERS: &[&str] = &["c1", "cus_abc", "%7Bc%7D", "{c}_", "c 1", "🦀"];
+const METHODS: &[&str] = &["interac", "CARD", " upi ", "wallet"];
+const METHOD_TYPES: &[&str] = &["rtp", "debit", "Credit", "é"];
+const CONNECTORS: &[&str] = &["GIGADAT", "LOONIO", "acme:eu:1", " Giga:Dat", "stripe"];
+const ATTEMPTS: &[&str] = &["pay_1", " Pay_2 ", "a:b{c}%"];
+
+/// The pieces an id's rules care about: escape-like text, separators,
+/// whitespace (trimmed at the ends only), characters that are refused,
+/// multi-byte UTF-8, and lengths at each limit.
+const PIECES: &[&str] = &[
+    "a",
+    "Z",
+    "9",
+    "%",
+    "_",
+    "{",
+    "}",
+    "%25",
+    "%5F",
+    "%7B",
+    "%7D",
+    ":",
+    " ",
+    "\t",
+    "\u{A0}",
+    "\u{3000}",
+    "\u{0}",
+    "\n",
+    "\u{7F}",
+    "\u{85}",
+    "\u{200B}",
+    "\u{200D}",
+    "\u{202E}",
+    "\u{2066}",
+    "\u{FEFF}",
+    "\u{2028}",
+    "\u{AD}",
+    "\u{E0041}",
+    "é",
+    "e\u{301}",
+    "€",
+    "日",
+    "🦀",
+    "Ω",
+    "ß",
+    "ﬃ",
+    "ǅ",
+];
+
+fn text(rng: &mut Rng) -> String {
+    match rng.below(16) {
+        // Lengths at the id, field and combo limits.
+        0 => "x".repeat(*rng.pick(&[0, 1, 20, 30, 62, 63, 64, 65, 127, 128, 129])),
+        1 => (0..rng.below(12))
+            .filter_map(|_| char::from_u32(rng.next() as u32 % 0x11_0000))
+            .collect(),
+        _ => (0..1 + rng.below(10)).map(|_| *rng.pick(PIECES)).collect(),
+    }
+}
+
+fn stored_count(rng: &mut Rng) -> i64 {
+    match rng.below(8) {
+        0 => *rng.pick(&[0, -1, i64::MIN, i64::MAX]),
+        1 => rng.next() as i64,
+        _ => 1 + rng.below(50) as i64,
+    }
+}
