@@ -11,6 +11,7 @@ use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use rstest::rstest;
+use std::time::Duration;
 
 use crate::helpers::*;
 
@@ -449,6 +450,74 @@ async fn undecodable_messages_are_invalid_argument() {
             .result,
         APPLIED
     );
+}
+
+/// The status of a RecordOutcome whose body is `body`, verbatim, over a
+/// raw HTTP/2 stream: tonic's client would frame it properly.
+async fn record_unframed(app: &TestApp, body: Vec<u8>) -> Status {
+    let tcp = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let mut client = client.ready().await.unwrap();
+    let request = http::Request::post(format!(
+        "http://{}/sticky_routing.v1.StickyRouting/RecordOutcome",
+        app.addr
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(())
+    .unwrap();
+    let (response, mut stream) = client.send_request(request, body.is_empty()).unwrap();
+    if !body.is_empty() {
+        stream.send_data(body.into(), true).unwrap();
+    }
+    let answer = async {
+        let (parts, mut body) = response.await.unwrap().into_parts();
+        if let Some(status) = Status::from_header_map(&parts.headers) {
+            return status;
+        }
+        // The trailers come after the message, which must be read first.
+        while let Some(data) = body.data().await {
+            data.unwrap();
+        }
+        Status::from_header_map(&body.trailers().await.unwrap().unwrap()).unwrap()
+    };
+    tokio::time::timeout(Duration::from_secs(5), answer)
+        .await
+        .expect("an answer within 5 s")
+}
+
+/// A body that is not one well-formed gRPC frame is bad input, not a fault
+/// of the service: tonic alone would answer INTERNAL.
+#[tokio::test]
+async fn broken_frames_are_invalid_argument() {
+    let app = spawn_app().await;
+    let message = good(pb::Outcome::Success).encode_to_vec();
+    let mut frame = vec![0];
+    frame.extend((message.len() as u32).to_be_bytes());
+    frame.extend(&message);
+    let mut compressed = frame.clone();
+    compressed[0] = 1;
+    let cases = [
+        ("no message", Vec::new()),
+        ("a cut header", frame[..3].to_vec()),
+        ("a cut message", frame[..frame.len() - 1].to_vec()),
+        ("compressed without grpc-encoding", compressed),
+    ];
+    for (case, body) in cases {
+        let status = record_unframed(&app, body).await;
+        assert_eq!(status.code(), Code::InvalidArgument, "{case}: {status:?}");
+        assert!(names(status.message(), "request"), "{case}: {status:?}");
+    }
+    assert_nothing_written(&app).await;
+    let metrics = app.scrape().await;
+    assert!(
+        metrics.contains("sticky_routing_refused_calls_total{reason=\"undecodable\"} 4"),
+        "{metrics}"
+    );
+    // The raw path itself works: the whole frame is applied.
+    let status = record_unframed(&app, frame).await;
+    assert_eq!(status.code(), Code::Ok, "{status:?}");
 }
 
 #[tokio::test]
