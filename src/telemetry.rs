@@ -78,6 +78,12 @@ impl Metrics {
             .build()?;
         let provider = SdkMeterProvider::builder().with_reader(exporter).build();
         let meter = provider.meter("sticky-routing");
+        // Which build answers: a dashboard joins on it to show a rollout.
+        meter
+            .u64_gauge("sticky_routing_build_info")
+            .with_description("Always 1; the version label says which build is running")
+            .build()
+            .record(1, &[KeyValue::new("version", env!("CARGO_PKG_VERSION"))]);
         Ok(Self {
             pins: meter
                 .u64_counter("sticky_routing_pins")
@@ -133,7 +139,7 @@ impl Metrics {
             took.as_secs_f64(),
             &[
                 KeyValue::new("rpc", method),
-                KeyValue::new("code", format!("{code:?}")),
+                KeyValue::new("code", canonical_name(code)),
             ],
         );
     }
@@ -234,6 +240,31 @@ pub async fn serve_metrics(
         .await
 }
 
+/// A gRPC code's canonical name (`OK`, `UNAVAILABLE`), as gRPC's own docs
+/// and other services' dashboards spell it. Static: no allocation per call.
+pub fn canonical_name(code: tonic::Code) -> &'static str {
+    use tonic::Code;
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -263,7 +294,29 @@ mod tests {
             text.contains("sticky_routing_refused_calls_total{reason=\"over_size\"} 1"),
             "{text}"
         );
-        assert!(text.contains("sticky_routing_rpc_duration_seconds_bucket{code=\"Ok\",rpc=\"GetPin\",le=\"0.0005\"} 1"), "{text}");
+        assert!(text.contains("sticky_routing_rpc_duration_seconds_bucket{code=\"OK\",rpc=\"GetPin\",le=\"0.0005\"} 1"), "{text}");
+        let version = env!("CARGO_PKG_VERSION");
+        assert!(
+            text.contains(&format!(
+                "sticky_routing_build_info{{version=\"{version}\"}} 1"
+            )),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn codes_have_their_canonical_names() {
+        for code in 0..=16 {
+            let code = tonic::Code::from_i32(code);
+            let name = canonical_name(code);
+            assert_eq!(
+                name.replace('_', "").to_lowercase(),
+                format!("{code:?}").to_lowercase(),
+                "{code:?} is not named {name}"
+            );
+            assert_eq!(name, name.to_uppercase());
+        }
+        assert_eq!(canonical_name(tonic::Code::Ok), "OK");
     }
 
     #[test]

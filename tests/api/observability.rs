@@ -70,15 +70,15 @@ async fn metrics_count_outcomes_prunes_and_latency() {
         ("sticky_routing_pins_total{outcome=\"vetoed\"}", 1),
         ("sticky_routing_pruned_fields_total", 1),
         (
-            "sticky_routing_rpc_duration_seconds_count{code=\"Ok\",rpc=\"RecordOutcome\"}",
+            "sticky_routing_rpc_duration_seconds_count{code=\"OK\",rpc=\"RecordOutcome\"}",
             6,
         ),
         (
-            "sticky_routing_rpc_duration_seconds_count{code=\"InvalidArgument\",rpc=\"RecordOutcome\"}",
+            "sticky_routing_rpc_duration_seconds_count{code=\"INVALID_ARGUMENT\",rpc=\"RecordOutcome\"}",
             1,
         ),
         (
-            "sticky_routing_rpc_duration_seconds_count{code=\"Ok\",rpc=\"GetPin\"}",
+            "sticky_routing_rpc_duration_seconds_count{code=\"OK\",rpc=\"GetPin\"}",
             3,
         ),
     ] {
