@@ -76,6 +76,14 @@ impl Metrics {
             .without_target_info()
             .scope_info_enabled(false)
             .build()?;
+        // The process' CPU seconds, memory and open files (`process_*`), read
+        // from /proc at each scrape.
+        #[cfg(target_os = "linux")]
+        if let Err(error) = registry.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        )) {
+            tracing::warn!(%error, "cannot export the process_* metrics");
+        }
         let provider = SdkMeterProvider::builder().with_reader(exporter).build();
         let meter = provider.meter("sticky-routing");
         // Which build answers: a dashboard joins on it to show a rollout.
@@ -295,6 +303,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("sticky_routing_rpc_duration_seconds_bucket{code=\"OK\",rpc=\"GetPin\",le=\"0.0005\"} 1"), "{text}");
+        #[cfg(target_os = "linux")]
+        for process_metric in ["process_cpu_seconds_total", "process_resident_memory_bytes"] {
+            assert!(text.contains(process_metric), "no {process_metric}: {text}");
+        }
         let version = env!("CARGO_PKG_VERSION");
         assert!(
             text.contains(&format!(
