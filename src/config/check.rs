@@ -49,8 +49,8 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
             listen_addr: listen_addr?,
             metrics_addr: metrics_addr?,
             health_listen_addr: health_listen_addr?,
-            tls: tls.clone(),
-            admin_clients: admin_clients.clone()?,
+            tls,
+            admin_clients: admin_clients?,
             redis: redis?,
             rules: Rules {
                 key_ttl: key_ttl?,
@@ -229,65 +229,61 @@ impl Checker {
     /// checked here, so that every problem is reported at start, by its
     /// variable.
     fn server_tls(&mut self) -> (Option<ServerTlsFiles>, Option<AdminClients>) {
+        let (cert_about, key_about) = (
+            &declared::TLS_CERT_FILE.about,
+            &declared::TLS_KEY_FILE.about,
+        );
+        let (ca_about, admin_about) = (
+            &declared::TLS_CLIENT_CA_FILE.about,
+            &declared::ADMIN_CLIENTS.about,
+        );
+        let given = |about: &About| self.values.contains_key(about.key);
+        let (cert_given, key_given) = (given(cert_about), given(key_about));
+        let (ca_given, admin_given) = (given(ca_about), given(admin_about));
         let cert = self.optional(&declared::TLS_CERT_FILE);
         let key = self.optional(&declared::TLS_KEY_FILE);
         let client_ca = self.optional(&declared::TLS_CLIENT_CA_FILE);
         let admin = self.optional(&declared::ADMIN_CLIENTS);
-        let admin_given = self.values.contains_key(declared::ADMIN_CLIENTS.about.key);
-        let named = |setting: &About| Raw::env_name(setting.key);
+        let named = |about: &About| Raw::env_name(about.key);
+        let alone = match (cert_given, key_given) {
+            (true, false) => Some((cert_about, key_about)),
+            (false, true) => Some((key_about, cert_about)),
+            _ => None,
+        };
+        if let Some((given, missing)) = alone {
+            let problem = format!("{}: needs {} as well", self.name(given.key), named(missing));
+            self.problems.push(problem);
+        }
+        if client_ca.is_some() && !cert_given && !key_given {
+            let problem = format!(
+                "{}: mTLS needs a server certificate; set {} and {}",
+                self.name(ca_about.key),
+                named(cert_about),
+                named(key_about)
+            );
+            self.problems.push(problem);
+        }
+        if admin_given && !ca_given {
+            let problem = format!(
+                "{}: names client identities, which only mTLS proves; set {} (with the server certificate and key)",
+                self.name(admin_about.key),
+                named(ca_about)
+            );
+            self.problems.push(problem);
+        }
         let files = match (cert, key) {
             (Some(cert_file), Some(key_file)) => Some(ServerTlsFiles {
                 cert_file,
                 key_file,
-                client_ca_file: client_ca.clone(),
+                client_ca_file: client_ca,
             }),
-            (Some(_), None) | (None, Some(_)) => {
-                let (given, missing) =
-                    match self.values.contains_key(declared::TLS_CERT_FILE.about.key) {
-                        true => (
-                            &declared::TLS_CERT_FILE.about,
-                            &declared::TLS_KEY_FILE.about,
-                        ),
-                        false => (
-                            &declared::TLS_KEY_FILE.about,
-                            &declared::TLS_CERT_FILE.about,
-                        ),
-                    };
-                let problem = format!("{}: needs {} as well", self.name(given.key), named(missing));
-                self.problems.push(problem);
-                None
-            }
-            (None, None) => None,
+            _ => None,
         };
-        let cert_given = self.values.contains_key(declared::TLS_CERT_FILE.about.key)
-            || self.values.contains_key(declared::TLS_KEY_FILE.about.key);
-        if client_ca.is_some() && !cert_given {
-            let problem = format!(
-                "{}: mTLS needs a server certificate; set {} and {}",
-                self.name(declared::TLS_CLIENT_CA_FILE.about.key),
-                named(&declared::TLS_CERT_FILE.about),
-                named(&declared::TLS_KEY_FILE.about)
-            );
-            self.problems.push(problem);
-        }
-        if admin_given
-            && client_ca.is_none()
-            && !self
-                .values
-                .contains_key(declared::TLS_CLIENT_CA_FILE.about.key)
-        {
-            let problem = format!(
-                "{}: names client identities, which only mTLS proves; set {} (with the server certificate and key)",
-                self.name(declared::ADMIN_CLIENTS.about.key),
-                named(&declared::TLS_CLIENT_CA_FILE.about)
-            );
-            self.problems.push(problem);
-        }
         if let Some(Err(problem)) = files.as_ref().map(ServerTlsFiles::load) {
             let setting = match problem.file {
-                TlsFileKind::Cert => &declared::TLS_CERT_FILE.about,
-                TlsFileKind::Key => &declared::TLS_KEY_FILE.about,
-                TlsFileKind::ClientCa => &declared::TLS_CLIENT_CA_FILE.about,
+                TlsFileKind::Cert => cert_about,
+                TlsFileKind::Key => key_about,
+                TlsFileKind::ClientCa => ca_about,
             };
             let problem = format!("{}: {problem}", self.name(setting.key));
             self.problems.push(problem);
