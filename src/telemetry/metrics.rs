@@ -1,10 +1,6 @@
-//! Logs and metrics.
+//! The service's metrics.
 //!
-//! Logs go through `tracing` to stderr, filtered by `RUST_LOG` (default
-//! `info`). Customer ids never appear in them: they are personal data, and
-//! the handlers log merchant ids only.
-//!
-//! Metrics are OpenTelemetry instruments exported in Prometheus text format
+//! They are OpenTelemetry instruments exported in Prometheus text format
 //! on `/metrics`. Each [`Metrics`] owns its own registry, so tests that run
 //! several services in one process see only their own numbers.
 
@@ -18,16 +14,35 @@ use tokio::net::TcpListener;
 
 use crate::domain::memory_guard::GuardReading;
 
-/// Installs the global log subscriber once; later calls (tests) are no-ops.
-pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .try_init();
-}
+/// Every metric family `/metrics` can show, as Prometheus names it
+/// (counters end in `_total`; a histogram's family is its base name, shown
+/// as `_bucket`, `_sum` and `_count`). The dashboard and the alert rules in
+/// `deploy/monitoring/` are checked against this list, and this list against
+/// what the instruments render, so none of the three can drift.
+pub const EXPORTED_METRICS: &[&str] = &[
+    "sticky_routing_build_info",
+    "sticky_routing_rpc_duration_seconds",
+    "sticky_routing_pins_total",
+    "sticky_routing_writes_total",
+    "sticky_routing_pruned_fields_total",
+    "sticky_routing_refused_calls_total",
+    "sticky_routing_admission_refusals_total",
+    "sticky_routing_admission_memory_guard_engaged",
+    "sticky_routing_admission_memory_used_bytes",
+    "sticky_routing_admission_memory_limit_bytes",
+    "sticky_routing_redis_command_duration_seconds",
+    "sticky_routing_redis_errors_total",
+    "sticky_routing_redis_up",
+    "sticky_routing_noscript_fallbacks_total",
+    "process_cpu_seconds_total",
+    "process_resident_memory_bytes",
+    "process_virtual_memory_bytes",
+    "process_virtual_memory_max_bytes",
+    "process_open_fds",
+    "process_max_fds",
+    "process_start_time_seconds",
+    "process_threads",
+];
 
 /// Latency buckets in seconds: the service answers in well under a
 /// millisecond when healthy, and in the command timeout when Redis is not.
