@@ -28,6 +28,7 @@ pub use cli::{CommandLine, from_process, parse_command_line};
 
 use crate::domain::Rules;
 use crate::storage::RedisSettings;
+use crate::telemetry::{self, TelemetrySettings};
 use crate::transport::admin::AdminClients;
 use crate::transport::tls::ServerTlsFiles;
 use sources::RawValues;
@@ -64,6 +65,8 @@ pub struct Settings {
     /// Tokio worker threads. One per CPU by default; where the service
     /// shares a small machine with Redis, fewer win (bench/README.md).
     pub worker_threads: usize,
+    /// Log format, and where traces go (none unless an OTLP endpoint is set).
+    pub telemetry: TelemetrySettings,
 }
 
 /// Every problem found in the configuration, one per line; never empty.
@@ -103,7 +106,19 @@ impl Settings {
         let file = config_file
             .map(Path::to_path_buf)
             .or_else(|| env.get(CONFIG_FILE_VAR).map(PathBuf::from));
-        check::check(RawValues::collect(file.as_deref(), env))
+        let settings = check::check(RawValues::collect(file.as_deref(), env));
+        match (settings, telemetry::traces_from_env(env)) {
+            (Ok(mut settings), Ok(traces)) => {
+                settings.telemetry.traces = traces;
+                Ok(settings)
+            }
+            (Ok(_), Err(problems)) => Err(ConfigError::new(problems)),
+            (Err(error), Ok(_)) => Err(error),
+            (Err(mut error), Err(problems)) => {
+                error.problems.extend(problems);
+                Err(error)
+            }
+        }
     }
 }
 

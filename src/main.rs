@@ -24,18 +24,33 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    telemetry::init_logging();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(settings.worker_threads)
         .enable_all()
         .build();
-    match runtime {
-        Ok(runtime) => runtime.block_on(serve(*settings)),
+    let runtime = match runtime {
+        Ok(runtime) => runtime,
         Err(error) => {
-            tracing::error!(%error, "cannot start the runtime");
-            ExitCode::FAILURE
+            eprintln!("sticky-routing: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
         }
-    }
+    };
+    // Inside the runtime: the trace exporter's channel lives on it.
+    let initialised = {
+        let _inside = runtime.enter();
+        telemetry::init(&settings.telemetry)
+    };
+    let telemetry = match initialised {
+        Ok(guard) => guard,
+        Err(error) => {
+            eprintln!("sticky-routing: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let code = runtime.block_on(serve(*settings));
+    // Sends the spans still queued while the runtime still runs.
+    drop(telemetry);
+    code
 }
 
 async fn serve(settings: config::Settings) -> ExitCode {

@@ -25,7 +25,7 @@ pub use lifecycle::shutdown_signal;
 use crate::config::Settings;
 use crate::record;
 use crate::storage::{ConnectError, RedisStore, redact_url};
-use crate::telemetry::Metrics;
+use crate::telemetry::{FailureLog, Metrics};
 use crate::transport::admin::AdminClients;
 use crate::transport::gate::ApiGate;
 use crate::transport::health::{API_SERVICE, DrainingHealth};
@@ -77,6 +77,8 @@ pub struct Application {
     watches_end: CancellationToken,
     store: RedisStore,
     metrics: Arc<Metrics>,
+    /// Failed calls by kind, summarised once a second.
+    failures: Arc<FailureLog>,
     /// Every background task of the running service, the store's included.
     tasks: TaskTracker,
     shutdown_grace: Duration,
@@ -125,9 +127,11 @@ impl Application {
         let redis_url = redact_url(&settings.redis.url);
         wait_for_redis(&store, &redis_url).await;
 
+        let failures = Arc::new(FailureLog::new());
         let api = StickyRoutingService::new(
             store.clone(),
             metrics.clone(),
+            failures.clone(),
             Arc::new(settings.rules),
             record::call_ceiling(settings.redis.command_timeout),
             settings.admin_clients.clone(),
@@ -156,6 +160,7 @@ impl Application {
             watches_end,
             store,
             metrics,
+            failures,
             tasks,
             shutdown_grace: settings.shutdown_grace,
             redis_url,

@@ -12,6 +12,7 @@ use crate::domain::Rules;
 use crate::domain::admission::Budgets;
 use crate::domain::ids::MerchantId;
 use crate::storage::{RedisSetting, RedisSettings, Secret, TlsFiles};
+use crate::telemetry::TelemetrySettings;
 use crate::transport::admin::AdminClients;
 use crate::transport::tls::{ServerTlsFiles, TlsFileKind};
 
@@ -44,6 +45,7 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
     let max_connection_age = c.value(&declared::MAX_CONNECTION_AGE);
     let max_connection_age_grace = c.value(&declared::MAX_CONNECTION_AGE_GRACE);
     let worker_threads = c.value(&declared::WORKER_THREADS);
+    let log_format = c.value(&declared::LOG_FORMAT);
     let settings = || -> Option<Settings> {
         Some(Settings {
             listen_addr: listen_addr?,
@@ -69,6 +71,11 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
             max_connection_age: max_connection_age?,
             max_connection_age_grace: max_connection_age_grace?,
             worker_threads: worker_threads?,
+            // The `OTEL_*` variables are read beside these, in `Settings::load`.
+            telemetry: TelemetrySettings {
+                log_format: log_format?,
+                traces: None,
+            },
         })
     };
     match settings() {

@@ -34,7 +34,9 @@ fn usage() -> String {
             text.push_str(&format!("  {:<44} {more}\n", ""));
         }
     }
-    text.push_str("Durations take seconds or units: 90d, 12h, 250ms. Logs: RUST_LOG (info).");
+    text.push_str("Durations take seconds or units: 90d, 12h, 250ms. Logs: RUST_LOG (info).\n");
+    text.push_str("Traces (none unless an endpoint is set), by the OpenTelemetry variables:\n  ");
+    text.push_str(&crate::telemetry::OTEL_VARIABLES.join("\n  "));
     text
 }
 

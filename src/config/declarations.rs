@@ -15,6 +15,7 @@ use std::time::Duration;
 use super::ENV_PREFIX;
 use crate::domain::memory_guard::MemoryLimit;
 use crate::domain::pin::ScoreRatio;
+use crate::telemetry::LogFormat;
 use crate::transport::admin::AdminClients;
 
 /// What a setting is, apart from its type.
@@ -148,6 +149,7 @@ settings! {
     MAX_IN_FLIGHT: usize = About::new("max_in_flight", PerCpu(128), "StickyRouting calls in progress on this server;\npast it calls get RESOURCE_EXHAUSTED, 1 to 1000000"), |t| whole_number(t, 1, 1_000_000);
     MAX_CONNECTION_AGE: Duration = About::new("max_connection_age", Text("5m"), "GOAWAY a connection this old (±10 %), so\nclients spread over new pods"), parse_positive_duration;
     MAX_CONNECTION_AGE_GRACE: Duration = About::new("max_connection_age_grace", Text("10s"), "time a connection past its age has to finish"), parse_duration;
+    LOG_FORMAT: LogFormat = About::new("log_format", Text("text"), "stderr log lines: `text` for people, `json` for\nlog pipelines (one object per line)"), LogFormat::parse;
     WORKER_THREADS: usize = About::new("worker_threads", Cpus, "runtime threads, 1 to 1024"), |t| whole_number(t, 1, 1024);
 }
 

@@ -48,6 +48,10 @@ impl Application {
                 tracing::error!(%error, "the /metrics server failed");
             }
         });
+        tasks.spawn(telemetry::summarise(
+            self.failures,
+            shutdown.clone().cancelled_owned(),
+        ));
         // It returns once `drain` is cancelled and every status is NOT_SERVING.
         let readiness = tasks.spawn(health::follow_redis(
             self.health,

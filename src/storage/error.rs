@@ -124,6 +124,28 @@ pub(crate) struct CallKind {
 }
 
 impl StorageError {
+    /// A short, bounded name for what went wrong, for log summaries and
+    /// metric labels; never any of the error's text.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Unavailable { why, .. } => match why {
+                NotApplied::NoConnection => "no_connection",
+                NotApplied::QueueFull => "queue_full",
+                NotApplied::Failover => "failover",
+                NotApplied::Refused => "refused",
+                NotApplied::ReadFailed => "read_failed",
+                NotApplied::EarlierStepFailed => "earlier_step_failed",
+            },
+            Self::MaybeApplied { why, .. } => match why {
+                NoAnswer::Timeout(_) => "timeout",
+                NoAnswer::ConnectionLost => "connection_lost",
+            },
+            Self::DeadlineExceeded => "deadline_exceeded",
+            Self::ForeignValue { .. } => "foreign_value",
+            Self::Unexpected(_) => "unexpected",
+        }
+    }
+
     /// Classifies a fred error.
     pub(crate) fn from_redis(error: &Error, call: CallKind) -> Self {
         let detail = error.to_string();

@@ -1,20 +1,105 @@
 //! Logs, metrics and traces: what an on-call engineer reads.
 //!
 //! Logs go through `tracing` to stderr, filtered by `RUST_LOG` (default
-//! `info`). Customer ids never appear in them: they are personal data, and
-//! the handlers log merchant ids only.
+//! `info`), as text or as one JSON object per line. Customer ids never
+//! appear in logs, spans or metric labels: they are personal data. Merchant
+//! ids may appear in logs and spans, and never in a metric label, where
+//! they would make the number of series unbounded.
 
+mod failures;
+mod ids;
 mod metrics;
+mod settings;
+pub mod traces;
 
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::filter::{FilterExt as _, filter_fn};
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+
+pub use failures::{FailureLog, SUMMARY_INTERVAL, Verdict, summarise};
+pub use ids::CallIds;
 pub use metrics::{EXPORTED_METRICS, Metrics, Refusal, canonical_name, serve_metrics};
+pub use settings::{
+    BatchSettings, DEFAULT_SERVICE_NAME, LogFormat, OTEL_VARIABLES, ParentlessChoice,
+    SamplerChoice, TelemetrySettings, TraceSettings, traces_from_env,
+};
 
-/// Installs the global log subscriber once; later calls (tests) are no-ops.
-pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+/// Keeps the trace exporter alive; dropping it sends the spans still queued.
+#[must_use = "dropping the guard stops the trace exporter"]
+pub struct TelemetryGuard {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Drop for TelemetryGuard {
+    fn drop(&mut self) {
+        if let Some(provider) = self.provider.take()
+            && let Err(error) = provider.shutdown()
+        {
+            eprintln!("sticky-routing: could not send the last spans: {error}");
+        }
+    }
+}
+
+/// Why telemetry could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error("cannot set up the OTLP trace exporter: {0}")]
+    Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
+}
+
+/// Installs the process' log subscriber and, when an OTLP endpoint is set,
+/// the trace exporter. Call it once, inside the runtime (the exporter's
+/// channel lives on it); a second call (tests) leaves the first in place.
+pub fn init(settings: &TelemetrySettings) -> Result<TelemetryGuard, TelemetryError> {
+    let provider = settings
+        .traces
+        .as_ref()
+        .map(traces::tracer_provider)
+        .transpose()?;
+    let env_filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
+    // Spans meant for the trace backend are not log lines.
+    let logs_only = env_filter.and(filter_fn(|meta| meta.target() != traces::SPAN_TARGET));
+    let lines = match settings.log_format {
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_writer(std::io::stderr)
+            .boxed(),
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .with_writer(std::io::stderr)
+            .boxed(),
+    };
+    let spans = provider.as_ref().map(|provider| {
+        traces::layer(provider).with_filter(filter_fn(|meta| {
+            meta.is_span() && meta.target() == traces::SPAN_TARGET
+        }))
+    });
+    let _ = tracing_subscriber::registry()
+        .with(lines.with_filter(logs_only))
+        .with(spans)
         .try_init();
+    Ok(TelemetryGuard { provider })
+}
+
+/// Whether a call answered with `code` failed on the service's side (as
+/// opposed to the caller's: bad input, not found, not permitted).
+pub fn is_server_failure(code: tonic::Code) -> bool {
+    use tonic::Code;
+    matches!(
+        code,
+        Code::Unknown
+            | Code::DeadlineExceeded
+            | Code::ResourceExhausted
+            | Code::Aborted
+            | Code::Unimplemented
+            | Code::Internal
+            | Code::Unavailable
+            | Code::DataLoss
+    )
 }

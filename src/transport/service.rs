@@ -7,7 +7,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
+use tracing::{Instrument as _, Span};
 
 use super::admin::AdminClients;
 use super::convert;
@@ -22,12 +24,14 @@ use crate::domain::habits::ordered_habits;
 use crate::domain::pin::choose_pin;
 use crate::record::record_outcome;
 use crate::storage::{RedisStore, StorageError};
-use crate::telemetry::Metrics;
+use crate::telemetry::{CallIds, FailureLog, Metrics, Verdict, traces};
 
 /// The service state shared by every call.
 pub struct StickyRoutingService {
     store: RedisStore,
     metrics: Arc<Metrics>,
+    /// Failed calls: the first of a kind logged in full, then counted.
+    failures: Arc<FailureLog>,
     rules: Arc<Rules>,
     /// The longest a call may take when the caller sets no shorter deadline.
     call_ceiling: Duration,
@@ -39,6 +43,7 @@ impl StickyRoutingService {
     pub fn new(
         store: RedisStore,
         metrics: Arc<Metrics>,
+        failures: Arc<FailureLog>,
         rules: Arc<Rules>,
         call_ceiling: Duration,
         admin: AdminClients,
@@ -46,6 +51,7 @@ impl StickyRoutingService {
         Self {
             store,
             metrics,
+            failures,
             rules,
             call_ceiling,
             admin,
@@ -62,8 +68,10 @@ impl StickyRoutingService {
         self.admin.permit(identity)
     }
 
-    /// Runs one handler body with the request and its deadline, and records
-    /// the latency. Whatever the store does, the answer leaves by the deadline.
+    /// Runs one handler body with the request, its deadline and its span,
+    /// and records the latency. Whatever the store does, the answer leaves
+    /// by the deadline. The span is disabled (and costs one check) unless
+    /// traces are exported.
     async fn handle<R, T, F, Fut>(
         &self,
         method: &'static str,
@@ -71,25 +79,53 @@ impl StickyRoutingService {
         body: F,
     ) -> Result<Response<T>, Status>
     where
-        F: FnOnce(R, Instant) -> Fut,
+        F: FnOnce(R, Instant, Span) -> Fut,
         Fut: Future<Output = Result<T, ApiError>>,
     {
         let started = Instant::now();
-        let deadline = deadline_of(request.metadata(), self.call_ceiling);
-        let work = body(request.into_inner(), deadline);
+        let (metadata, _, message) = request.into_parts();
+        let deadline = deadline_of(&metadata, self.call_ceiling);
+        let span = traces::rpc_span(method, &metadata);
+        let work = body(message, deadline, span.clone()).instrument(span.clone());
         let result = match tokio::time::timeout_at(deadline.into(), work).await {
             Ok(result) => result,
             Err(_) => Err(ApiError::Storage(StorageError::DeadlineExceeded)),
         };
         if let Err(ApiError::Storage(error)) = &result {
-            tracing::warn!(rpc = method, %error, "call failed");
+            self.log_failure(method, error, &span, &metadata);
         }
         let result = result.map(Response::new).map_err(Status::from);
         let code = result
             .as_ref()
             .map_or_else(Status::code, |_| tonic::Code::Ok);
+        traces::record_code(&span, code);
         self.metrics.rpc(method, code, started.elapsed());
         result
+    }
+
+    /// Logs a failed call in full when it is the first of its kind lately,
+    /// with the ids to find it by; later ones only count towards the
+    /// once-a-second summary (`telemetry::failures`).
+    fn log_failure(
+        &self,
+        rpc: &'static str,
+        error: &StorageError,
+        span: &Span,
+        metadata: &MetadataMap,
+    ) {
+        let kind = error.kind();
+        if self.failures.failed(kind) == Verdict::LogInFull {
+            let ids = CallIds::of(span, metadata);
+            tracing::warn!(
+                rpc,
+                kind,
+                %error,
+                trace_id = ids.trace_id.as_deref(),
+                request_id = ids.request_id.as_deref(),
+                tenant_id = ids.tenant_id.as_deref(),
+                "call failed; further failures of this kind are counted, one line a second"
+            );
+        }
     }
 }
 
@@ -108,9 +144,10 @@ impl StickyRouting for StickyRoutingService {
         &self,
         request: Request<pb::RecordOutcomeRequest>,
     ) -> Result<Response<pb::RecordOutcomeResponse>, Status> {
-        self.handle("RecordOutcome", request, |req, deadline| async move {
+        self.handle("RecordOutcome", request, |req, deadline, span| async move {
             let result = async {
                 let cmd = convert::record_command(&req)?;
+                traces::record_merchant(&span, cmd.merchant.as_str());
                 // Boxed: the store's futures hold fred's command futures
                 // and run to kilobytes; inline, async_trait's boxing of this
                 // handler copied them whole on every call (callgrind: about
@@ -126,7 +163,7 @@ impl StickyRouting for StickyRoutingService {
                 Ok(recorded)
             }
             .await;
-            self.metrics.write(match &result {
+            let label = match &result {
                 Ok(Recorded::Applied { pruned, .. }) => {
                     self.metrics.pruned(*pruned);
                     "applied"
@@ -135,7 +172,9 @@ impl StickyRouting for StickyRoutingService {
                 Ok(Recorded::NotAdmitted) => "not_admitted",
                 Ok(Recorded::Duplicate { .. }) => "duplicate",
                 Err(error) => error_label(error),
-            });
+            };
+            self.metrics.write(label);
+            traces::record_result(&span, label);
             result.map(convert::record_response)
         })
         .await
@@ -145,22 +184,25 @@ impl StickyRouting for StickyRoutingService {
         &self,
         request: Request<pb::GetPinRequest>,
     ) -> Result<Response<pb::GetPinResponse>, Status> {
-        self.handle("GetPin", request, |req, deadline| async move {
+        self.handle("GetPin", request, |req, deadline, span| async move {
             let result = async {
                 let (merchant, customer, query) =
                     convert::pin_query(&req, self.rules.min_pin_count, self.rules.min_score_ratio)?;
+                traces::record_merchant(&span, merchant.as_str());
                 // Boxed, as in record_outcome: see there.
                 let fields =
                     Box::pin(self.store.read_combos(&merchant, &customer, deadline)).await?;
                 Ok(choose_pin(&fields, &query))
             }
             .await;
-            self.metrics.pin(match &result {
+            let label = match &result {
                 Ok(choice) if choice.pin.is_some() => "pinned",
                 Ok(choice) if choice.candidates.is_empty() => "no_habit",
                 Ok(_) => "vetoed",
                 Err(error) => error_label(error),
-            });
+            };
+            self.metrics.pin(label);
+            traces::record_result(&span, label);
             result.map(convert::pin_response)
         })
         .await
@@ -171,11 +213,12 @@ impl StickyRouting for StickyRoutingService {
         request: Request<pb::GetHabitsRequest>,
     ) -> Result<Response<pb::GetHabitsResponse>, Status> {
         let permitted = self.admin_permitted(&request);
-        self.handle("GetHabits", request, |req, deadline| async move {
+        self.handle("GetHabits", request, |req, deadline, span| async move {
             if !permitted {
                 return Err(ApiError::NotAdmin("GetHabits"));
             }
             let (merchant, customer) = convert::customer_ref(&req.merchant_id, &req.customer_id)?;
+            traces::record_merchant(&span, merchant.as_str());
             let (fields, ttl) = self
                 .store
                 .read_habits(&merchant, &customer, deadline)
@@ -190,15 +233,31 @@ impl StickyRouting for StickyRoutingService {
         request: Request<pb::ForgetCustomerRequest>,
     ) -> Result<Response<pb::ForgetCustomerResponse>, Status> {
         let permitted = self.admin_permitted(&request);
-        self.handle("ForgetCustomer", request, |req, deadline| async move {
-            if !permitted {
-                return Err(ApiError::NotAdmin("ForgetCustomer"));
-            }
-            let (merchant, customer) = convert::customer_ref(&req.merchant_id, &req.customer_id)?;
-            let existed = self.store.forget(&merchant, &customer, deadline).await?;
-            tracing::info!(merchant = merchant.as_str(), existed, "customer forgotten");
-            Ok(pb::ForgetCustomerResponse { existed })
-        })
+        // For the line it logs; an admin call is rare enough to copy them.
+        let metadata = request.metadata().clone();
+        self.handle(
+            "ForgetCustomer",
+            request,
+            |req, deadline, span| async move {
+                if !permitted {
+                    return Err(ApiError::NotAdmin("ForgetCustomer"));
+                }
+                let (merchant, customer) =
+                    convert::customer_ref(&req.merchant_id, &req.customer_id)?;
+                traces::record_merchant(&span, merchant.as_str());
+                let existed = self.store.forget(&merchant, &customer, deadline).await?;
+                let ids = CallIds::of(&span, &metadata);
+                tracing::info!(
+                    merchant = merchant.as_str(),
+                    existed,
+                    trace_id = ids.trace_id.as_deref(),
+                    request_id = ids.request_id.as_deref(),
+                    tenant_id = ids.tenant_id.as_deref(),
+                    "customer forgotten"
+                );
+                Ok(pb::ForgetCustomerResponse { existed })
+            },
+        )
         .await
     }
 }

@@ -417,12 +417,13 @@ impl Drop for TestApp {
     }
 }
 
-/// The service's binary with a clean `STICKY_ROUTING_*` environment plus
+/// The service's binary with a clean `STICKY_ROUTING_*` and `OTEL_*` environment plus
 /// `vars`; the child is killed if the test drops it (a failed assertion).
 pub fn service_binary(vars: &[(&str, String)]) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_sticky-routing"));
     for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("STICKY_ROUTING_") {
+        let name_text = name.to_string_lossy();
+        if name_text.starts_with("STICKY_ROUTING_") || name_text.starts_with("OTEL_") {
             command.env_remove(name);
         }
     }

@@ -29,4 +29,5 @@ mod redis_cluster;
 mod redis_sentinel;
 mod redis_server;
 mod shutdown;
+mod telemetry;
 mod tls;

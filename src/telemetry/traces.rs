@@ -1,0 +1,273 @@
+//! Traces: one span per RPC, continuing the caller's W3C trace, and a child
+//! span per Redis call, exported over OTLP/gRPC.
+//!
+//! Spans are `tracing` spans under one target, [`SPAN_TARGET`], which only
+//! the OpenTelemetry layer listens to. Without an OTLP endpoint that layer
+//! does not exist, so no subscriber is interested in the target: the span
+//! macros return a disabled span after one cached check, the `traceparent`
+//! header is never parsed, and nothing connects anywhere. That is the "no
+//! cost when unset" the contract asks for, and `make bench` checks it.
+//!
+//! Attributes follow OpenTelemetry's RPC and database conventions
+//! (`rpc.system`, `rpc.method`, `rpc.grpc.status_code`, `db.system.name`,
+//! `db.operation.name`), plus the service's own: the merchant id, the call's
+//! result and its gRPC code by name. The customer id is never one of them:
+//! it is personal data, and a trace backend is not where it may go.
+
+use opentelemetry::KeyValue;
+use opentelemetry::propagation::{Extractor, TextMapPropagator};
+use opentelemetry::trace::{TraceContextExt, TraceId, TracerProvider as _};
+use opentelemetry_otlp::{ExporterBuildError, WithExportConfig};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider,
+};
+use tonic::metadata::MetadataMap;
+use tracing::Span;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use super::settings::{ParentlessChoice, SamplerChoice, TraceSettings};
+
+/// The `tracing` target of every span meant for the trace backend, and of
+/// nothing else. Log lines never show these spans.
+pub const SPAN_TARGET: &str = "sticky_routing::trace";
+
+/// The gRPC service every RPC span names.
+const SERVICE: &str = "sticky_routing.v1.StickyRouting";
+
+/// The tracer provider for `settings`: an OTLP/gRPC exporter behind a batch
+/// processor, so that no call ever waits for the collector. Must be called
+/// inside the runtime: the exporter's channel lives on it.
+pub fn tracer_provider(settings: &TraceSettings) -> Result<SdkTracerProvider, ExporterBuildError> {
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(settings.endpoint.clone())
+        .build()?;
+    let mut batch = BatchConfigBuilder::default();
+    if let Some(size) = settings.batch.max_queue_size {
+        batch = batch.with_max_queue_size(size);
+    }
+    if let Some(size) = settings.batch.max_export_batch_size {
+        batch = batch.with_max_export_batch_size(size);
+    }
+    if let Some(delay) = settings.batch.schedule_delay {
+        batch = batch.with_scheduled_delay(delay);
+    }
+    let processor = BatchSpanProcessor::builder(exporter)
+        .with_batch_config(batch.build())
+        .build();
+    let resource = Resource::builder()
+        .with_service_name(settings.service_name.clone())
+        .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
+        .build();
+    Ok(SdkTracerProvider::builder()
+        .with_span_processor(processor)
+        .with_sampler(sampler(settings.sampler))
+        .with_resource(resource)
+        .build())
+}
+
+/// The `tracing-opentelemetry` layer for `provider`.
+pub fn layer<S>(provider: &SdkTracerProvider) -> impl tracing_subscriber::Layer<S>
+where
+    S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
+{
+    tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer("sticky-routing"))
+        // Span timing is what the backend shows; the layer's own count of
+        // busy and idle time would only add attributes.
+        .with_tracked_inactivity(false)
+        .with_threads(false)
+}
+
+fn sampler(choice: SamplerChoice) -> Sampler {
+    let parentless = |choice: ParentlessChoice| match choice {
+        ParentlessChoice::AlwaysOn => Sampler::AlwaysOn,
+        ParentlessChoice::AlwaysOff => Sampler::AlwaysOff,
+        ParentlessChoice::Ratio(ratio) => Sampler::TraceIdRatioBased(ratio),
+    };
+    match choice {
+        SamplerChoice::AlwaysOn => Sampler::AlwaysOn,
+        SamplerChoice::AlwaysOff => Sampler::AlwaysOff,
+        SamplerChoice::Ratio(ratio) => Sampler::TraceIdRatioBased(ratio),
+        SamplerChoice::ParentBased(root) => Sampler::ParentBased(Box::new(parentless(root))),
+    }
+}
+
+/// The span of one StickyRouting call, named `sticky_routing.v1.StickyRouting/<rpc>`,
+/// a child of the caller's span when its metadata carries a `traceparent`.
+/// Disabled, at the cost of one check, when traces are off.
+pub fn rpc_span(rpc: &'static str, metadata: &MetadataMap) -> Span {
+    let span = tracing::info_span!(
+        target: SPAN_TARGET,
+        "rpc",
+        otel.name = full_name(rpc),
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        rpc.system = "grpc",
+        rpc.service = SERVICE,
+        rpc.method = rpc,
+        rpc.grpc.status_code = tracing::field::Empty,
+        sticky_routing.code = tracing::field::Empty,
+        sticky_routing.result = tracing::field::Empty,
+        sticky_routing.merchant_id = tracing::field::Empty,
+    );
+    if !span.is_disabled() {
+        let parent = TraceContextPropagator::new().extract(&Metadata(metadata));
+        // Only fails when the span is already closed, which it cannot be.
+        let _ = span.set_parent(parent);
+    }
+    span
+}
+
+/// Records how the call ended on its span: the code, by number as the
+/// conventions ask and by name for people, and an error status for the
+/// codes that mean the service failed (not the caller).
+pub fn record_code(span: &Span, code: tonic::Code) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("rpc.grpc.status_code", code as i64);
+    span.record("sticky_routing.code", super::canonical_name(code));
+    if super::is_server_failure(code) {
+        span.record("otel.status_code", "error");
+    }
+}
+
+/// Names the merchant on the call's span, once its id is known valid.
+pub fn record_merchant(span: &Span, merchant: &str) {
+    span.record("sticky_routing.merchant_id", merchant);
+}
+
+/// Records the call's result, the label its metric counts it under
+/// (`applied`, `pinned`, `no_habit`, ...).
+pub fn record_result(span: &Span, result: &'static str) {
+    span.record("sticky_routing.result", result);
+}
+
+/// The span of one Redis call, a child of the current (RPC) span.
+/// `operation` names what was sent (`admit`, `read_combos`); never a key,
+/// since keys hold customer ids.
+pub fn redis_span(operation: &'static str) -> Span {
+    tracing::info_span!(
+        target: SPAN_TARGET,
+        "redis",
+        otel.name = operation,
+        otel.kind = "client",
+        otel.status_code = tracing::field::Empty,
+        db.system.name = "redis",
+        db.operation.name = operation,
+        error.type = tracing::field::Empty,
+    )
+}
+
+/// The trace this call belongs to: its span's when traces are on, else the
+/// caller's `traceparent`, so that log lines carry the caller's trace id
+/// even where this service exports no spans.
+pub fn trace_id(span: &Span, metadata: &MetadataMap) -> Option<TraceId> {
+    if !span.is_disabled() {
+        let context = span.context();
+        let span_context = context.span().span_context().clone();
+        if span_context.is_valid() {
+            return Some(span_context.trace_id());
+        }
+    }
+    let traceparent = metadata.get("traceparent")?.to_str().ok()?;
+    parse_trace_id(traceparent)
+}
+
+/// The trace id of a W3C `traceparent`: `00-<32 hex>-<16 hex>-<2 hex>`;
+/// `None` when malformed or all zeros, which the format forbids.
+fn parse_trace_id(traceparent: &str) -> Option<TraceId> {
+    let mut parts = traceparent.trim().split('-');
+    let (version, trace, span) = (parts.next()?, parts.next()?, parts.next()?);
+    let flags = parts.next()?;
+    let hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
+    if !(hex(version, 2) && hex(trace, 32) && hex(span, 16) && hex(flags, 2)) || version == "ff" {
+        return None;
+    }
+    let id = TraceId::from_hex(trace).ok()?;
+    (id != TraceId::INVALID).then_some(id)
+}
+
+/// `sticky_routing.v1.StickyRouting/<rpc>`, without formatting per call.
+fn full_name(rpc: &'static str) -> &'static str {
+    match rpc {
+        "RecordOutcome" => "sticky_routing.v1.StickyRouting/RecordOutcome",
+        "GetPin" => "sticky_routing.v1.StickyRouting/GetPin",
+        "GetHabits" => "sticky_routing.v1.StickyRouting/GetHabits",
+        "ForgetCustomer" => "sticky_routing.v1.StickyRouting/ForgetCustomer",
+        other => other,
+    }
+}
+
+/// gRPC metadata as OpenTelemetry's propagators read it.
+struct Metadata<'a>(&'a MetadataMap);
+
+impl Extractor for Metadata<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|value| value.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0
+            .keys()
+            .filter_map(|key| match key {
+                tonic::metadata::KeyRef::Ascii(key) => Some(key.as_str()),
+                tonic::metadata::KeyRef::Binary(_) => None,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_traceparent_gives_its_trace_id_and_a_bad_one_none() {
+        let id = parse_trace_id("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+        assert_eq!(
+            id.map(|id| id.to_string()).as_deref(),
+            Some("4bf92f3577b34da6a3ce929d0e0e4736")
+        );
+        for bad in [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473g-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e47-00f067aa0ba902b7-01",
+        ] {
+            assert_eq!(parse_trace_id(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn without_a_subscriber_spans_are_disabled_and_the_header_still_names_the_trace() {
+        let mut metadata = MetadataMap::new();
+        metadata.insert(
+            "traceparent",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+                .parse()
+                .unwrap(),
+        );
+        let span = rpc_span("GetPin", &metadata);
+        assert!(span.is_disabled());
+        assert_eq!(
+            trace_id(&span, &metadata)
+                .map(|id| id.to_string())
+                .as_deref(),
+            Some("4bf92f3577b34da6a3ce929d0e0e4736")
+        );
+        assert_eq!(trace_id(&span, &MetadataMap::new()), None);
+    }
+
+    #[test]
+    fn every_rpc_has_its_full_name() {
+        for rpc in ["RecordOutcome", "GetPin", "GetHabits", "ForgetCustomer"] {
+            assert_eq!(full_name(rpc), format!("{SERVICE}/{rpc}"));
+        }
+    }
+}
