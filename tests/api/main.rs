@@ -21,6 +21,7 @@ mod health_veto;
 mod helpers;
 mod least_privilege;
 mod load;
+mod monitoring;
 mod observability;
 mod overload;
 mod pki;
