@@ -14,11 +14,13 @@
 //! them closed- or open-loop and keeps latency histograms, [`report`] turns
 //! the result into text, JSON and markdown, and [`redis_info`] reads the
 //! `INFO` figures that show round trips per call. [`overload`] is the other
-//! study: the service offered up to five times its capacity.
+//! study: the service offered up to five times its capacity. [`otlp_sink`]
+//! receives the service's spans when tracing's cost is measured.
 
 pub mod cli;
 pub mod compare;
 pub mod noop;
+pub mod otlp_sink;
 pub mod overload;
 pub mod procs;
 pub mod redis_info;

@@ -88,6 +88,7 @@ pub const DEFAULT_SERVICE_NAME: &str = "sticky-routing";
 /// The standard variables this service reads; `--help` and the README list
 /// them.
 pub const OTEL_VARIABLES: &[&str] = &[
+    "OTEL_SDK_DISABLED",
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
     "OTEL_EXPORTER_OTLP_PROTOCOL",
@@ -161,10 +162,23 @@ pub fn traces_from_env(
             "OTEL_BSP_MAX_EXPORT_BATCH_SIZE: {batch} is more than OTEL_BSP_MAX_QUEUE_SIZE ({queue})"
         ));
     }
+    let disabled = match get("OTEL_SDK_DISABLED")
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            problems.push(format!(
+                "OTEL_SDK_DISABLED: expected true or false, got {other:?}"
+            ));
+            false
+        }
+    };
     if !problems.is_empty() {
         return Err(problems);
     }
-    let Some(endpoint) = endpoint else {
+    let Some(endpoint) = endpoint.filter(|_| !disabled) else {
         return Ok(None);
     };
     Ok(Some(TraceSettings {
@@ -252,6 +266,19 @@ mod tests {
             ("OTEL_TRACES_SAMPLER", "always_on"),
         ]));
         assert_eq!(settings, Ok(None));
+    }
+
+    #[test]
+    fn the_sdk_can_be_disabled_with_an_endpoint_set() {
+        let mut vars = env(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317"),
+            ("OTEL_SDK_DISABLED", "TRUE"),
+        ]);
+        assert_eq!(traces_from_env(&vars), Ok(None));
+        vars.insert("OTEL_SDK_DISABLED".into(), "false".into());
+        assert!(traces_from_env(&vars).unwrap().is_some());
+        vars.insert("OTEL_SDK_DISABLED".into(), "yes".into());
+        assert!(traces_from_env(&vars).unwrap_err()[0].starts_with("OTEL_SDK_DISABLED"));
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::time::Duration;
 use clap::Parser;
 use sticky_bench::cli::{WorkloadArgs, parse_duration};
 use sticky_bench::compare::{CompareSpec, compare};
+use sticky_bench::otlp_sink::OtlpSink;
 use sticky_bench::overload::{OverloadSpec, overload};
 
 #[derive(Parser)]
@@ -67,6 +68,11 @@ struct Args {
     /// e.g. `0`); run sticky-bench itself, and so Redis, on the others.
     #[arg(long)]
     server_cpus: Option<String>,
+    /// Export the service's traces to a span sink in this process, keeping
+    /// this share of traces (OTEL_TRACES_SAMPLER=traceidratio): what
+    /// tracing costs. Off by default: no endpoint, no exporter.
+    #[arg(long)]
+    trace_sample: Option<f64>,
     /// Where logs, report.md and report.json go.
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
@@ -126,7 +132,35 @@ fn parse_env(text: &str) -> Result<(String, String), String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = Args::parse();
+    let mut args = Args::parse();
+    let sink = match args.trace_sample {
+        Some(ratio) => match OtlpSink::start().await {
+            Ok(sink) => {
+                args.service_env.extend([
+                    (
+                        "OTEL_EXPORTER_OTLP_ENDPOINT".to_owned(),
+                        format!("http://{}", sink.addr),
+                    ),
+                    ("OTEL_TRACES_SAMPLER".to_owned(), "traceidratio".to_owned()),
+                    ("OTEL_TRACES_SAMPLER_ARG".to_owned(), ratio.to_string()),
+                ]);
+                Some(sink)
+            }
+            Err(error) => {
+                eprintln!("sticky-bench: cannot start the span sink: {error}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
+    let code = run(args).await;
+    if let Some(sink) = sink {
+        println!("spans received by the sink: {}", sink.spans());
+    }
+    code
+}
+
+async fn run(args: Args) -> ExitCode {
     if args.overload {
         return overload_study(args).await;
     }
