@@ -117,10 +117,11 @@ impl StickyRouting for StickyRoutingService {
                 // 10 % of a GetPin's instructions were that memcpy).
                 let recorded =
                     Box::pin(record_outcome(&self.store, &self.rules, &cmd, deadline)).await?;
-                if let Recorded::NotAdmitted = recorded {
+                if let Recorded::NotAdmitted(why) = recorded {
                     tracing::debug!(
                         merchant = cmd.merchant.as_str(),
-                        "new customer not admitted: over the admission budget, or the memory guard is engaged"
+                        ?why,
+                        "new customer not admitted"
                     );
                 }
                 Ok(recorded)
@@ -132,7 +133,7 @@ impl StickyRouting for StickyRoutingService {
                     "applied"
                 }
                 Ok(Recorded::IgnoredNoHabit) => "no_habit",
-                Ok(Recorded::NotAdmitted) => "not_admitted",
+                Ok(Recorded::NotAdmitted(_)) => "not_admitted",
                 Ok(Recorded::Duplicate { .. }) => "duplicate",
                 Err(error) => error_label(error),
             });
