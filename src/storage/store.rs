@@ -30,6 +30,9 @@ use crate::domain::ids::{CustomerId, MerchantId};
 use crate::domain::keys::{self, AdmissionKey, CustomerKey};
 use crate::domain::memory_guard::{GuardReading, MemoryLimit};
 
+/// How long a pool may take to open a connection.
+pub(super) const CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// The Redis-backed store. Cheap to clone: clones share the pool.
 #[derive(Clone)]
 pub struct RedisStore {
@@ -229,7 +232,9 @@ impl RedisStore {
 
     /// Starts the memory guard for admission: every node's `INFO memory`,
     /// polled about once a second on `tasks` until the store quits. Without
-    /// it no node ever refuses a new customer.
+    /// it no node ever refuses a new customer, and no node's reachability
+    /// (`sticky_routing_redis_up`) is known: the same poll probes both,
+    /// whatever `limit` is.
     pub fn guard_admission_memory(&self, limit: MemoryLimit, tasks: &TaskTracker) {
         super::spawn_until_stopped(
             tasks,
@@ -238,10 +243,10 @@ impl RedisStore {
         );
     }
 
-    /// A reader of every node's guard state, for `/metrics`. It holds the
-    /// store's connections only weakly on Cluster, and never keeps the store
-    /// from stopping.
-    pub fn memory_guard_readings(&self) -> impl Fn() -> Vec<GuardReading> + Send + Sync + 'static {
+    /// A reader of every node's guard state and reachability, for
+    /// `/metrics`. It holds the store's connections only weakly on Cluster,
+    /// and never keeps the store from stopping.
+    pub fn node_readings(&self) -> impl Fn() -> Vec<GuardReading> + Send + Sync + 'static {
         let watched = self.watched();
         move || watched.readings()
     }
@@ -685,7 +690,7 @@ pub(super) fn build_pool(config: Config, redis: &RedisSettings) -> Result<Pool, 
             // One attempt: a command whose connection died in flight may
             // have run; resending it could apply a write twice.
             c.max_command_attempts = 1;
-            c.connection_timeout = Duration::from_secs(2);
+            c.connection_timeout = CONNECTION_TIMEOUT;
             c.internal_command_timeout = Duration::from_secs(2);
             c.unresponsive.max_timeout = Some(Duration::from_secs(2));
             c.unresponsive.interval = Duration::from_millis(500);

@@ -167,17 +167,35 @@ impl Metrics {
         );
     }
 
-    /// Shows the memory guard on `/metrics`, per Redis node (primary, on
-    /// Cluster): whether it is engaged, and the `used_memory` and limit it
-    /// last compared. `readings` runs at each scrape; it reads what the
-    /// guard's own poll left and never asks Redis.
-    pub fn watch_memory_guard(
+    /// Shows each Redis node (each primary, on Cluster) on `/metrics`:
+    /// whether it answered the memory guard's last poll
+    /// (`sticky_routing_redis_up`), and the guard's state there: whether it
+    /// is engaged, and the `used_memory` and limit it last compared.
+    /// `readings` runs at each scrape; it reads what the guard's own poll
+    /// left and never asks Redis.
+    pub fn watch_redis_nodes(
         &self,
         readings: impl Fn() -> Vec<GuardReading> + Send + Sync + 'static,
     ) {
         let readings = std::sync::Arc::new(readings);
         let meter = self.provider.meter("sticky-routing");
         let node = |reading: &GuardReading| [KeyValue::new("node", reading.node.clone())];
+        let read = readings.clone();
+        meter
+            .u64_observable_gauge("sticky_routing_redis_up")
+            .with_description(
+                "1 while this Redis node answers the memory guard's once-a-second INFO poll, \
+                 0 while it does not (or its connection is down); absent before the first \
+                 poll says either",
+            )
+            .with_callback(move |observer| {
+                for reading in read() {
+                    if let Some(reachable) = reading.reachable {
+                        observer.observe(u64::from(reachable), &node(&reading));
+                    }
+                }
+            })
+            .build();
         let read = readings.clone();
         meter
             .u64_observable_gauge("sticky_routing_admission_memory_guard_engaged")
@@ -347,21 +365,30 @@ mod tests {
     }
 
     #[test]
-    fn the_memory_guard_shows_per_node_and_omits_what_is_not_known() {
+    fn redis_nodes_show_per_node_and_omit_what_is_not_known() {
         let metrics = Metrics::new().unwrap();
-        metrics.watch_memory_guard(|| {
+        metrics.watch_redis_nodes(|| {
             vec![
                 GuardReading {
                     node: "10.0.0.1:6379".into(),
                     engaged: true,
                     used_memory: Some(900),
                     limit: Some(800),
+                    reachable: Some(true),
                 },
                 GuardReading {
                     node: "10.0.0.2:6379".into(),
                     engaged: false,
                     used_memory: None,
                     limit: None,
+                    reachable: Some(false),
+                },
+                GuardReading {
+                    node: "10.0.0.3:6379".into(),
+                    engaged: false,
+                    used_memory: None,
+                    limit: None,
+                    reachable: None,
                 },
             ]
         });
@@ -371,6 +398,8 @@ mod tests {
             "sticky_routing_admission_memory_guard_engaged{node=\"10.0.0.2:6379\"} 0",
             "sticky_routing_admission_memory_used_bytes{node=\"10.0.0.1:6379\"} 900",
             "sticky_routing_admission_memory_limit_bytes{node=\"10.0.0.1:6379\"} 800",
+            "sticky_routing_redis_up{node=\"10.0.0.1:6379\"} 1",
+            "sticky_routing_redis_up{node=\"10.0.0.2:6379\"} 0",
         ] {
             assert!(text.contains(line), "{line} missing from:\n{text}");
         }
@@ -378,5 +407,6 @@ mod tests {
             !text.contains("memory_used_bytes{node=\"10.0.0.2"),
             "{text}"
         );
+        assert!(!text.contains("redis_up{node=\"10.0.0.3"), "{text}");
     }
 }
