@@ -119,7 +119,7 @@ impl Application {
         };
 
         let tasks = TaskTracker::new();
-        let store = RedisStore::connect(&settings.redis, &tasks)?;
+        let store = RedisStore::connect(&settings.redis, &tasks, metrics.clone())?;
         // Always started: besides the guard, it is every node's reachability
         // probe on /metrics.
         store.guard_admission_memory(settings.rules.admission_memory_limit, &tasks);

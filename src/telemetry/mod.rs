@@ -6,7 +6,9 @@
 
 mod metrics;
 
-pub use metrics::{EXPORTED_METRICS, Metrics, Refusal, canonical_name, serve_metrics};
+pub use metrics::{
+    EXPORTED_METRICS, Metrics, RedisCommand, Refusal, canonical_name, serve_metrics,
+};
 
 /// Installs the global log subscriber once; later calls (tests) are no-ops.
 pub fn init_logging() {

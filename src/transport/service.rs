@@ -133,7 +133,10 @@ impl StickyRouting for StickyRoutingService {
                     "applied"
                 }
                 Ok(Recorded::IgnoredNoHabit) => "no_habit",
-                Ok(Recorded::NotAdmitted(_)) => "not_admitted",
+                Ok(Recorded::NotAdmitted(why)) => {
+                    self.metrics.admission_refused(*why);
+                    "not_admitted"
+                }
                 Ok(Recorded::Duplicate { .. }) => "duplicate",
                 Err(error) => error_label(error),
             });
