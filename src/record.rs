@@ -19,6 +19,7 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::domain::Rules;
+use crate::domain::admission::AdmissionRefusal;
 use crate::domain::attempts::AttemptId;
 use crate::domain::combo::Combo;
 use crate::domain::counts::{Outcome, Recorded};
@@ -86,7 +87,7 @@ pub async fn record_outcome(
                     merchant = command.merchant.as_str(),
                     "new customer refused: the memory guard is engaged on its redis node"
                 );
-                return Ok(Recorded::NotAdmitted);
+                return Ok(Recorded::NotAdmitted(AdmissionRefusal::MemoryGuard));
             }
             let request = AdmissionRequest {
                 now_ms: unix_millis(),
@@ -99,7 +100,7 @@ pub async fn record_outcome(
                 .await
                 .map_err(nothing_written)?;
             if !decision.admitted {
-                return Ok(Recorded::NotAdmitted);
+                return Ok(Recorded::NotAdmitted(AdmissionRefusal::Budget));
             }
             write.create = true;
             store

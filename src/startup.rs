@@ -121,9 +121,11 @@ impl Application {
         };
 
         let tasks = TaskTracker::new();
-        let store = RedisStore::connect(&settings.redis, &tasks)?;
+        let store = RedisStore::connect(&settings.redis, &tasks, metrics.clone())?;
+        // Always started: besides the guard, it is every node's reachability
+        // probe on /metrics.
         store.guard_admission_memory(settings.rules.admission_memory_limit, &tasks);
-        metrics.watch_memory_guard(store.memory_guard_readings());
+        metrics.watch_redis_nodes(store.node_readings());
         let redis_url = redact_url(&settings.redis.url);
         wait_for_redis(&store, &redis_url).await;
 

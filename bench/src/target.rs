@@ -19,6 +19,7 @@ use sticky_routing::domain::ids::{
 use sticky_routing::domain::keys;
 use sticky_routing::record::{RecordCommand, record_outcome};
 use sticky_routing::storage::{RedisSettings, RedisStore};
+use sticky_routing::telemetry::Metrics;
 use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
 use sticky_routing::transport::pb::{GetPinRequest, Outcome, RecordOutcomeRequest};
 use tokio_util::task::TaskTracker;
@@ -92,7 +93,10 @@ impl Target {
         };
         let ttl_secs = i64::try_from(defaults.rules.key_ttl_secs()).unwrap_or(i64::MAX);
         let rules = Arc::new(defaults.rules);
-        let store = RedisStore::connect(&redis, &TaskTracker::new())?;
+        // The store counts its calls as it does in the service, so the
+        // floor pays what the service pays for them.
+        let metrics = Arc::new(Metrics::new()?);
+        let store = RedisStore::connect(&redis, &TaskTracker::new(), metrics)?;
         if !store.wait_connected(Duration::from_secs(5)).await {
             return Err(format!("redis at {redis_url} did not answer").into());
         }

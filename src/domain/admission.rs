@@ -36,6 +36,19 @@ impl Budgets {
     }
 }
 
+/// Why a new customer was not admitted (nothing was written either way).
+/// Kept apart because they call for different fixes: a spent budget is one
+/// merchant sending more new customers than it was given room for, an
+/// engaged memory guard is a Redis node running out of room for everyone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdmissionRefusal {
+    /// The merchant's admission budget for the window is spent.
+    Budget,
+    /// The memory guard is engaged on the Redis node that would hold the
+    /// customer's hash (`super::memory_guard`).
+    MemoryGuard,
+}
+
 /// The counters stored for a merchant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WindowCounters {

@@ -5,6 +5,8 @@
 //! The failure rule runs inside Redis as `storage/scripts/record_failure.lua`;
 //! `src/storage/scripts/tests.rs` holds that script equal to [`after_failure`].
 
+use super::admission::AdmissionRefusal;
+
 /// The outcome of one payment attempt, as the orchestrator reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -20,8 +22,9 @@ pub enum Recorded {
     Applied { net_count: i64, pruned: u32 },
     /// A failure for a combo with no count: nothing was written.
     IgnoredNoHabit,
-    /// A success for a new customer over the merchant's budget: nothing was written.
-    NotAdmitted,
+    /// A success for a new customer who was refused admission, for the
+    /// reason given: nothing was written.
+    NotAdmitted(AdmissionRefusal),
     /// A repeat of an attempt already recorded for this customer: nothing was
     /// written; `net_count` is the named combo's current count (0 when absent).
     Duplicate { net_count: i64 },

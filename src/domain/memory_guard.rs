@@ -165,7 +165,7 @@ impl NodeMemory {
     }
 }
 
-/// One node's guard as `/metrics` shows it.
+/// One node's guard, and whether it answers, as `/metrics` shows them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuardReading {
     /// The node, `host:port`.
@@ -177,6 +177,10 @@ pub struct GuardReading {
     /// The limit in bytes there; `None` before the first poll, or when a
     /// percentage limit meets a node without `maxmemory`.
     pub limit: Option<u64>,
+    /// Whether the node answered the last poll, which doubles as its
+    /// reachability probe (`sticky_routing_redis_up`); `None` while that is
+    /// not known yet.
+    pub reachable: Option<bool>,
 }
 
 #[cfg(test)]

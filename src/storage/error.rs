@@ -77,6 +77,20 @@ pub enum NotApplied {
     EarlierStepFailed,
 }
 
+impl NotApplied {
+    /// See [`StorageError::kind`].
+    pub fn kind(self) -> &'static str {
+        match self {
+            Self::NoConnection => "no_connection",
+            Self::QueueFull => "queue_full",
+            Self::Failover => "failover",
+            Self::Refused => "refused",
+            Self::ReadFailed => "read_failed",
+            Self::EarlierStepFailed => "earlier_step_failed",
+        }
+    }
+}
+
 /// Why a sent write got no answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NoAnswer {
@@ -84,6 +98,16 @@ pub enum NoAnswer {
     Timeout(Duration),
     /// The connection dropped with the command in flight.
     ConnectionLost,
+}
+
+impl NoAnswer {
+    /// See [`StorageError::kind`].
+    pub fn kind(self) -> &'static str {
+        match self {
+            Self::Timeout(_) => "timeout",
+            Self::ConnectionLost => "connection_lost",
+        }
+    }
 }
 
 /// Redis error replies that Redis gives before a command (or a script's
@@ -124,22 +148,18 @@ pub(crate) struct CallKind {
 }
 
 impl StorageError {
-    /// A short, bounded name for what went wrong, for log summaries and
-    /// metric labels; never any of the error's text.
+    /// What went wrong, in one fixed word per variant (and per reason inside
+    /// [`Self::Unavailable`] and [`Self::MaybeApplied`]): the `kind` label of
+    /// `sticky_routing_redis_errors_total`, and a field a log can filter on.
+    /// Static, so counting an error allocates nothing, and bounded by the
+    /// enum, so no id or Redis text can ever become a label value.
+    /// (`earlier_step_failed` is the record flow's answer about a whole
+    /// RecordOutcome, made from the admission call's own error after that
+    /// call was counted, so the metric never shows it; a log may.)
     pub fn kind(&self) -> &'static str {
         match self {
-            Self::Unavailable { why, .. } => match why {
-                NotApplied::NoConnection => "no_connection",
-                NotApplied::QueueFull => "queue_full",
-                NotApplied::Failover => "failover",
-                NotApplied::Refused => "refused",
-                NotApplied::ReadFailed => "read_failed",
-                NotApplied::EarlierStepFailed => "earlier_step_failed",
-            },
-            Self::MaybeApplied { why, .. } => match why {
-                NoAnswer::Timeout(_) => "timeout",
-                NoAnswer::ConnectionLost => "connection_lost",
-            },
+            Self::Unavailable { why, .. } => why.kind(),
+            Self::MaybeApplied { why, .. } => why.kind(),
             Self::DeadlineExceeded => "deadline_exceeded",
             Self::ForeignValue { .. } => "foreign_value",
             Self::Unexpected(_) => "unexpected",
@@ -309,6 +329,73 @@ mod tests {
                 "{details}"
             );
         }
+    }
+
+    #[test]
+    fn every_variant_has_its_own_kind_in_snake_case() {
+        let detail = String::new;
+        let errors = [
+            StorageError::Unavailable {
+                why: NotApplied::NoConnection,
+                detail: detail(),
+            },
+            StorageError::Unavailable {
+                why: NotApplied::QueueFull,
+                detail: detail(),
+            },
+            StorageError::Unavailable {
+                why: NotApplied::Failover,
+                detail: detail(),
+            },
+            StorageError::Unavailable {
+                why: NotApplied::Refused,
+                detail: detail(),
+            },
+            StorageError::Unavailable {
+                why: NotApplied::ReadFailed,
+                detail: detail(),
+            },
+            StorageError::Unavailable {
+                why: NotApplied::EarlierStepFailed,
+                detail: detail(),
+            },
+            StorageError::MaybeApplied {
+                why: NoAnswer::Timeout(Duration::from_millis(250)),
+                detail: detail(),
+            },
+            StorageError::MaybeApplied {
+                why: NoAnswer::ConnectionLost,
+                detail: detail(),
+            },
+            StorageError::DeadlineExceeded,
+            StorageError::ForeignValue {
+                key_kind: "the customer's hash",
+                detail: detail(),
+            },
+            StorageError::Unexpected(detail()),
+        ];
+        let kinds: std::collections::BTreeSet<&str> =
+            errors.iter().map(StorageError::kind).collect();
+        assert_eq!(
+            kinds.len(),
+            errors.len(),
+            "two variants share a kind: {kinds:?}"
+        );
+        for kind in kinds {
+            assert!(
+                !kind.is_empty() && kind.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                "{kind}"
+            );
+        }
+        // The words a dashboard matches on.
+        assert_eq!(
+            classify(ErrorKind::Canceled, FAIL_FAST_DETAIL, READ).kind(),
+            "no_connection"
+        );
+        assert_eq!(
+            classify(ErrorKind::Timeout, "timed out", WRITE).kind(),
+            "timeout"
+        );
     }
 
     #[test]

@@ -12,10 +12,20 @@
 //! that same interval, and every node is polled at once: a hung node delays
 //! no other node's poll. So a node's state lags its `used_memory` by about a
 //! second at most, well inside the 3 s the contract allows.
+//!
+//! The same poll is each node's reachability probe (`sticky_routing_redis_up`):
+//! the watch polls whatever the limit says (100 %, or a node without
+//! `maxmemory`, still polls), so no second probe is needed and none adds a
+//! round trip. A node is reachable when it answered its last poll, and
+//! unreachable when the poll failed or its connection is down. Nothing is
+//! claimed before the first poll: a node whose pool is still making its
+//! first connection, within [`CONNECT_GRACE`] of the pool's start, is not
+//! yet called unreachable, so a pod that just started does not show a
+//! healthy Redis as down for its first second.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fred::clients::{Client, Pool};
 use fred::interfaces::ClientLike;
@@ -29,8 +39,18 @@ use crate::domain::memory_guard::{GuardReading, MemoryLimit, NodeMemory, Verdict
 /// How often each node is polled, and the longest one poll may take.
 pub(super) const POLL_INTERVAL: Duration = Duration::from_secs(1);
 
+/// How long a new pool may take to connect before its node counts as
+/// unreachable: the pools' connection timeout, so by then at least one
+/// attempt has failed.
+pub(super) const CONNECT_GRACE: Duration = super::store::CONNECTION_TIMEOUT;
+
 /// Not known: the value of a number no poll has reported yet.
 const UNKNOWN: u64 = u64::MAX;
+
+/// [`NodeGuard::reachable`]'s states.
+const REACHABILITY_UNKNOWN: u8 = 0;
+const REACHABLE: u8 = 1;
+const UNREACHABLE: u8 = 2;
 
 /// One node's guard: read by calls, written only by the watch.
 pub(crate) struct NodeGuard {
@@ -45,6 +65,11 @@ pub(crate) struct NodeGuard {
     last: Mutex<Option<Verdict>>,
     /// Whether the last poll failed, to warn once per run of failures.
     unanswered: AtomicBool,
+    /// Whether the node answered its last poll (`REACHABLE`), did not or
+    /// could not be asked (`UNREACHABLE`), or neither is known yet.
+    reachable: AtomicU8,
+    /// When the node's pool was started, for [`CONNECT_GRACE`].
+    started: Instant,
 }
 
 impl NodeGuard {
@@ -56,6 +81,8 @@ impl NodeGuard {
             limit: AtomicU64::new(UNKNOWN),
             last: Mutex::new(None),
             unanswered: AtomicBool::new(false),
+            reachable: AtomicU8::new(REACHABILITY_UNKNOWN),
+            started: Instant::now(),
         }
     }
 
@@ -78,6 +105,25 @@ impl NodeGuard {
             engaged: self.refuses_new_customers(),
             used_memory: known(self.used_memory.load(Ordering::Relaxed)),
             limit: known(self.limit.load(Ordering::Relaxed)),
+            reachable: match self.reachable.load(Ordering::Relaxed) {
+                REACHABLE => Some(true),
+                UNREACHABLE => Some(false),
+                _ => None,
+            },
+        }
+    }
+
+    /// The node answered a poll.
+    fn answered(&self) {
+        self.reachable.store(REACHABLE, Ordering::Relaxed);
+    }
+
+    /// The node's connection is down at `now`, so it was not polled: it is
+    /// unreachable, unless its pool is still within its first connection's
+    /// grace.
+    fn not_connected(&self, now: Instant) {
+        if now.saturating_duration_since(self.started) >= CONNECT_GRACE {
+            self.reachable.store(UNREACHABLE, Ordering::Relaxed);
         }
     }
 
@@ -119,7 +165,17 @@ impl NodeGuard {
         }
     }
 
+    /// A poll failed: no answer in time, an error reply, or an answer
+    /// without the two numbers.
     fn unanswered(&self, error: &Error) {
+        self.reachable.store(
+            if *error.kind() == ErrorKind::Parse {
+                REACHABLE
+            } else {
+                UNREACHABLE
+            },
+            Ordering::Relaxed,
+        );
         if !self.unanswered.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 node = %self.name(), %error,
@@ -187,8 +243,10 @@ pub(super) async fn watch(watched: Watched, limit: MemoryLimit) {
         ticker.tick().await;
         let mut polls = tokio::task::JoinSet::new();
         for (client, guard) in watched.nodes() {
-            // Not connected: nothing to ask, and the pool already logs why.
+            // Not connected: nothing to ask, and the pool already logs why;
+            // but the node is not reachable.
             if !client.is_connected() {
+                guard.not_connected(Instant::now());
                 continue;
             }
             polls.spawn(async move {
@@ -197,6 +255,7 @@ pub(super) async fn watch(watched: Watched, limit: MemoryLimit) {
                         if single && let Some(server) = client.active_connections().first() {
                             guard.rename(server.to_string());
                         }
+                        guard.answered();
                         guard.apply(memory, limit);
                     }
                     Err(error) => guard.unanswered(&error),
@@ -300,5 +359,37 @@ mod tests {
         );
         assert!(!guard.refuses_new_customers(), "no maxmemory: no limit");
         assert_eq!(guard.reading().limit, None);
+    }
+
+    #[test]
+    fn a_node_is_reachable_as_its_last_poll_says_and_unknown_until_one_does() {
+        let guard = NodeGuard::new("127.0.0.1:6379");
+        let reachable = || guard.reading().reachable;
+        assert_eq!(reachable(), None, "not polled yet");
+        guard.not_connected(Instant::now());
+        assert_eq!(reachable(), None, "still making its first connection");
+        guard.not_connected(Instant::now() + CONNECT_GRACE);
+        assert_eq!(reachable(), Some(false), "no connection after the grace");
+
+        guard.answered();
+        assert_eq!(reachable(), Some(true));
+        guard.unanswered(&Error::new(ErrorKind::Timeout, "no answer"));
+        assert_eq!(reachable(), Some(false));
+        guard.answered();
+        guard.unanswered(&Error::new(ErrorKind::IO, "Connection reset by peer"));
+        assert_eq!(reachable(), Some(false));
+        guard.unanswered(&Error::new(
+            ErrorKind::Parse,
+            "INFO memory named no used_memory or no maxmemory",
+        ));
+        assert_eq!(reachable(), Some(true), "an odd answer is still an answer");
+
+        let fresh = NodeGuard::new("127.0.0.1:6380");
+        fresh.unanswered(&Error::new(ErrorKind::Timeout, "no answer"));
+        assert_eq!(
+            fresh.reading().reachable,
+            Some(false),
+            "a failed poll counts at once"
+        );
     }
 }

@@ -15,6 +15,7 @@ mod scripts;
 mod sentinel_watch;
 mod settings;
 mod store;
+mod timing;
 mod tls;
 
 pub use error::{ConnectError, NoAnswer, NotApplied, StorageError};

@@ -5,7 +5,9 @@
 //! a Redis that forgot them (restart, failover, `SCRIPT FLUSH`) answers
 //! NOSCRIPT, and the call is repeated once as EVAL, which also caches the
 //! script again. NOSCRIPT means the script did not run, so the repeat can
-//! never apply a write twice.
+//! never apply a write twice. Each repeat is counted
+//! (`sticky_routing_noscript_fallbacks_total`): a steady count means Redis
+//! keeps losing its script cache and every call pays two round trips.
 //!
 //! The calls go out as custom commands, not through fred's `LuaInterface`:
 //! fred 10 does not implement that interface for a client with per-call
@@ -19,26 +21,33 @@ use fred::types::scripts::Script;
 use fred::types::{ClusterHash, CustomCommand};
 use fred::util::redis_keyslot;
 
+use crate::telemetry::{Metrics, RedisCommand};
+
 /// One script, with its SHA computed once at start-up.
 pub struct LuaScript {
     script: Script,
     body: &'static str,
+    /// The call it is, as `/metrics` names it.
+    pub command: RedisCommand,
 }
 
 impl LuaScript {
-    fn new(body: &'static str) -> Self {
+    fn new(command: RedisCommand, body: &'static str) -> Self {
         Self {
             script: Script::from_lua(body),
             body,
+            command,
         }
     }
 
-    /// Runs the script against `key`, with the client's per-call options.
+    /// Runs the script against `key`, with the client's per-call options;
+    /// a fallback to EVAL is counted on `metrics`.
     pub async fn run<R: FromValue>(
         &self,
         client: &WithOptions<Client>,
         key: &str,
         args: &[Value],
+        metrics: &Metrics,
     ) -> Result<R, Error> {
         // A custom command's slot must be given outright: fred hashes the
         // first string argument otherwise, which here is the script.
@@ -54,6 +63,7 @@ impl LuaScript {
         let (evalsha, line) = command("EVALSHA", self.script.sha1());
         match client.custom(evalsha, line).await {
             Err(error) if error.details().starts_with("NOSCRIPT") => {
+                metrics.noscript_fallback(self.command);
                 let (eval, line) = command("EVAL", self.body);
                 client.custom(eval, line).await
             }
@@ -82,15 +92,21 @@ impl Scripts {
         Self {
             // The attempt memory is shared Lua, put in front of each write
             // script: a script sent to Redis cannot load another.
-            record_success: LuaScript::new(concat!(
-                include_str!("scripts/attempts.lua"),
-                include_str!("scripts/record_success.lua")
-            )),
-            record_failure: LuaScript::new(concat!(
-                include_str!("scripts/attempts.lua"),
-                include_str!("scripts/record_failure.lua")
-            )),
-            admit: LuaScript::new(include_str!("scripts/admit.lua")),
+            record_success: LuaScript::new(
+                RedisCommand::RecordSuccess,
+                concat!(
+                    include_str!("scripts/attempts.lua"),
+                    include_str!("scripts/record_success.lua")
+                ),
+            ),
+            record_failure: LuaScript::new(
+                RedisCommand::RecordFailure,
+                concat!(
+                    include_str!("scripts/attempts.lua"),
+                    include_str!("scripts/record_failure.lua")
+                ),
+            ),
+            admit: LuaScript::new(RedisCommand::Admit, include_str!("scripts/admit.lua")),
         }
     }
 }

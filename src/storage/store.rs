@@ -4,6 +4,13 @@
 //! forget it, check that Redis answers. The scripts that change counts are
 //! crate-private and take typed keys, so the only way to write is the
 //! record flow (`crate::record`), which never skips admission.
+//!
+//! Every call goes through [`RedisStore::on_key`] (or, for PING,
+//! [`RedisStore::ping`]), which reports it on `/metrics`: its time, by what
+//! it is for, once it is handed to the Redis client, and its failure by
+//! kind, wherever it failed (calls this process refuses before sending, a
+//! full in-flight bound or a Sentinel fence, are failures that took no
+//! Redis time, so they are counted but not timed).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,6 +29,7 @@ use super::memory_watch::{NodeGuard, Watched};
 use super::scripts::{LuaScript, Scripts};
 use super::sentinel_watch::SentinelWatch;
 use super::settings::RedisSettings;
+use super::timing::timed;
 use crate::domain::admission::{Decision, WindowCounters};
 use crate::domain::attempts::{self, AttemptDigest};
 use crate::domain::combo::Combo;
@@ -29,6 +37,10 @@ use crate::domain::counts::Recorded;
 use crate::domain::ids::{CustomerId, MerchantId};
 use crate::domain::keys::{self, AdmissionKey, CustomerKey};
 use crate::domain::memory_guard::{GuardReading, MemoryLimit};
+use crate::telemetry::{Metrics, RedisCommand};
+
+/// How long a pool may take to open a connection.
+pub(super) const CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The Redis-backed store. Cheap to clone: clones share the pool.
 #[derive(Clone)]
@@ -45,6 +57,8 @@ pub struct RedisStore {
     connection_problem: Arc<Mutex<Option<String>>>,
     /// Behind Sentinel: follows failovers and fences writes during them.
     sentinel_watch: Option<Arc<SentinelWatch>>,
+    /// Where each call's time and failure are counted.
+    metrics: Arc<Metrics>,
 }
 
 /// Where calls go.
@@ -122,8 +136,13 @@ impl RedisStore {
     /// Builds the pool and starts connecting in the background. It does not
     /// wait for Redis: the service starts (and reports liveness) while Redis
     /// is down, and readiness follows Redis. The store's own background
-    /// tasks run on `tasks` and end when the store quits.
-    pub fn connect(redis: &RedisSettings, tasks: &TaskTracker) -> Result<Self, ConnectError> {
+    /// tasks run on `tasks` and end when the store quits. Its calls are
+    /// counted on `metrics`.
+    pub fn connect(
+        redis: &RedisSettings,
+        tasks: &TaskTracker,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, ConnectError> {
         let mut config = Config::from_url(&redis.url).map_err(ConnectError::Url)?;
         if let Some(username) = &redis.username {
             config.username = Some(username.clone());
@@ -174,6 +193,7 @@ impl RedisStore {
             stop,
             connection_problem,
             sentinel_watch,
+            metrics,
         })
     }
 
@@ -229,7 +249,9 @@ impl RedisStore {
 
     /// Starts the memory guard for admission: every node's `INFO memory`,
     /// polled about once a second on `tasks` until the store quits. Without
-    /// it no node ever refuses a new customer.
+    /// it no node ever refuses a new customer, and no node's reachability
+    /// (`sticky_routing_redis_up`) is known: the same poll probes both,
+    /// whatever `limit` is.
     pub fn guard_admission_memory(&self, limit: MemoryLimit, tasks: &TaskTracker) {
         super::spawn_until_stopped(
             tasks,
@@ -238,10 +260,10 @@ impl RedisStore {
         );
     }
 
-    /// A reader of every node's guard state, for `/metrics`. It holds the
-    /// store's connections only weakly on Cluster, and never keeps the store
-    /// from stopping.
-    pub fn memory_guard_readings(&self) -> impl Fn() -> Vec<GuardReading> + Send + Sync + 'static {
+    /// A reader of every node's guard state and reachability, for
+    /// `/metrics`. It holds the store's connections only weakly on Cluster,
+    /// and never keeps the store from stopping.
+    pub fn node_readings(&self) -> impl Fn() -> Vec<GuardReading> + Send + Sync + 'static {
         let watched = self.watched();
         move || watched.readings()
     }
@@ -291,13 +313,17 @@ impl RedisStore {
         let result = match &self.backend {
             Backend::Single {
                 pool, in_flight, ..
-            } => {
-                let call = self.call_on(pool, in_flight, deadline, false)?;
-                call.client
-                    .ping::<()>(None)
-                    .await
-                    .map_err(|e| call.error(&e))
-            }
+            } => match self.call_on(pool, in_flight, deadline, false) {
+                Ok(call) => timed(&self.metrics, RedisCommand::Ping, deadline, async {
+                    call.client
+                        .ping::<()>(None)
+                        .await
+                        .map_err(|e| call.error(&e))
+                })
+                .await
+                .map_err(|error| self.failed(error)),
+                Err(refused) => Err(self.failed(refused)),
+            },
             Backend::Cluster(cluster) => self.ping_every_primary(cluster, deadline).await,
         };
         if result.is_ok()
@@ -316,25 +342,33 @@ impl RedisStore {
         let (nodes, covered) = cluster.primaries();
         if !covered {
             cluster.refresh_soon();
-            return Err(StorageError::Unavailable {
+            return Err(self.failed(StorageError::Unavailable {
                 why: NotApplied::NoConnection,
                 detail: "the cluster's slot table is not known, or some slots have no primary"
                     .into(),
-            });
+            }));
         }
         let mut pings = tokio::task::JoinSet::new();
         for node in nodes {
             let call = self.call_on(&node.pool, &node.in_flight, deadline, false);
+            let metrics = self.metrics.clone();
             pings.spawn(async move {
                 let answered = match call {
-                    Ok(call) => call
-                        .client
-                        .ping::<()>(None)
+                    Ok(call) => {
+                        timed(&metrics, RedisCommand::Ping, deadline, async {
+                            call.client
+                                .ping::<()>(None)
+                                .await
+                                .map_err(|e| call.error(&e))
+                        })
                         .await
-                        .map_err(|e| call.error(&e)),
+                    }
                     Err(error) => Err(error),
                 };
-                answered.map_err(|error| on_primary(&node, error))
+                answered.map_err(|error| {
+                    metrics.redis_error(error.kind());
+                    on_primary(&node, error)
+                })
             });
         }
         let mut first_error = None;
@@ -362,9 +396,13 @@ impl RedisStore {
     ) -> Result<Vec<(String, i64)>, StorageError> {
         let key = keys::customer_key(merchant, customer);
         let key = key.as_str();
-        self.on_key(key, deadline, false, |client| async move {
-            client.hgetall::<Value, _>(key).await.and_then(fields_of)
-        })
+        self.on_key(
+            RedisCommand::ReadCombos,
+            key,
+            deadline,
+            false,
+            |client| async move { client.hgetall::<Value, _>(key).await.and_then(fields_of) },
+        )
         .await
     }
 
@@ -379,11 +417,17 @@ impl RedisStore {
         let key = keys::customer_key(merchant, customer);
         let key = key.as_str();
         let (fields, ttl) = self
-            .on_key(key, deadline, false, |client| async move {
-                let (fields, ttl) =
-                    tokio::join!(client.hgetall::<Value, _>(key), client.ttl::<i64, _>(key),);
-                Ok((fields.and_then(fields_of)?, ttl?))
-            })
+            .on_key(
+                RedisCommand::ReadHabits,
+                key,
+                deadline,
+                false,
+                |client| async move {
+                    let (fields, ttl) =
+                        tokio::join!(client.hgetall::<Value, _>(key), client.ttl::<i64, _>(key),);
+                    Ok((fields.and_then(fields_of)?, ttl?))
+                },
+            )
             .await?;
         Ok((fields, ttl.max(0)))
     }
@@ -401,9 +445,13 @@ impl RedisStore {
         let key = keys::customer_key(merchant, customer);
         let key = key.as_str();
         let deleted: i64 = self
-            .on_key(key, deadline, false, |client| async move {
-                client.del(key).await
-            })
+            .on_key(
+                RedisCommand::Forget,
+                key,
+                deadline,
+                false,
+                |client| async move { client.del(key).await },
+            )
             .await?;
         Ok(deleted > 0)
     }
@@ -516,19 +564,23 @@ impl RedisStore {
     ) -> Result<Vec<i64>, StorageError> {
         self.check_fence()?;
         let args = &args[..];
-        self.on_key(key, deadline, true, |client| async move {
-            script.run(&client, key, args).await
+        let metrics = &*self.metrics;
+        self.on_key(script.command, key, deadline, true, |client| async move {
+            script.run(&client, key, args, metrics).await
         })
         .await
     }
 
-    /// Runs `op` with a client for `key` (see [`Self::call`]). On Cluster, a
-    /// MOVED reply (the command did not run) sends it once more, to the
-    /// primary named, when the slot table knows it; any failure there asks
-    /// for a fresh slot table. On a single node this is one call and nothing
-    /// more.
+    /// Runs `op`, a call of `command`, with a client for `key` (see
+    /// [`Self::call_on`]), and reports it on `/metrics`: its time once it is
+    /// handed to the client, and its failure. On Cluster, a MOVED reply (the
+    /// command did not run) sends it once more, to the primary named, when
+    /// the slot table knows it; any failure there asks for a fresh slot
+    /// table. The two are timed as one call, the time the caller waited. On
+    /// a single node this is one call and nothing more.
     async fn on_key<T, F, Fut>(
         &self,
+        command: RedisCommand,
         key: &str,
         deadline: Instant,
         write: bool,
@@ -538,27 +590,35 @@ impl RedisStore {
         F: Fn(WithOptions<Client>) -> Fut,
         Fut: Future<Output = Result<T, Error>>,
     {
-        match &self.backend {
+        let result = match &self.backend {
             Backend::Single {
                 pool, in_flight, ..
-            } => {
-                let call = self.call_on(pool, in_flight, deadline, write)?;
-                call.run(op).await
-            }
+            } => match self.call_on(pool, in_flight, deadline, write) {
+                Ok(call) => timed(&self.metrics, command, deadline, call.run(op)).await,
+                Err(refused) => Err(refused),
+            },
             // Boxed: its futures (up to two calls, and the redirect between
             // them) would otherwise sit inline in every caller's future,
             // single node included, and be copied with it on every call
             // (callgrind: +8k instructions per RecordOutcome, in memcpy).
             Backend::Cluster(cluster) => {
-                Box::pin(self.on_cluster_key(cluster, key, deadline, write, op)).await
+                Box::pin(self.on_cluster_key(cluster, command, key, deadline, write, op)).await
             }
-        }
+        };
+        result.map_err(|error| self.failed(error))
+    }
+
+    /// Counts a failed call on `/metrics` by its kind, and hands it back.
+    fn failed(&self, error: StorageError) -> StorageError {
+        self.metrics.redis_error(error.kind());
+        error
     }
 
     /// [`Self::on_key`] on Cluster.
     async fn on_cluster_key<T, F, Fut>(
         &self,
         cluster: &Cluster,
+        command: RedisCommand,
         key: &str,
         deadline: Instant,
         write: bool,
@@ -576,35 +636,40 @@ impl RedisStore {
             }
         })?;
         let call = self.call_on(&node.pool, &node.in_flight, deadline, write)?;
-        let (kind, permit) = (call.kind, call._in_flight);
-        let error = match op(call.client).await {
-            Ok(value) => return Ok(value),
-            Err(error) => error,
-        };
-        cluster.refresh_soon();
-        let moved_to = moved_to(&error).and_then(|address| cluster.node_at(address));
-        match moved_to {
-            Some(heir) if heir.server != node.server => {
-                drop(permit);
-                let again = self.call_on(&heir.pool, &heir.in_flight, deadline, write)?;
-                again.run(op).await
+        timed(&self.metrics, command, deadline, async {
+            let (kind, permit) = (call.kind, call._in_flight);
+            let error = match op(call.client).await {
+                Ok(value) => return Ok(value),
+                Err(error) => error,
+            };
+            cluster.refresh_soon();
+            let moved_to = moved_to(&error).and_then(|address| cluster.node_at(address));
+            match moved_to {
+                Some(heir) if heir.server != node.server => {
+                    drop(permit);
+                    let again = self.call_on(&heir.pool, &heir.in_flight, deadline, write)?;
+                    again.run(op).await
+                }
+                _ => Err(StorageError::from_redis(&error, kind)),
             }
-            _ => Err(StorageError::from_redis(&error, kind)),
-        }
+        })
+        .await
     }
 
+    /// Refuses a write while a Sentinel failover is under way; a refusal is
+    /// a failed call on `/metrics` (kind `failover`).
     fn check_fence(&self) -> Result<(), StorageError> {
         if self
             .sentinel_watch
             .as_ref()
             .is_some_and(|watch| watch.fence.is_up())
         {
-            return Err(StorageError::Unavailable {
+            return Err(self.failed(StorageError::Unavailable {
                 why: NotApplied::Failover,
                 detail: "a Sentinel failover is under way; writes resume once the new primary \
                          is reached"
                     .into(),
-            });
+            }));
         }
         Ok(())
     }
@@ -685,7 +750,7 @@ pub(super) fn build_pool(config: Config, redis: &RedisSettings) -> Result<Pool, 
             // One attempt: a command whose connection died in flight may
             // have run; resending it could apply a write twice.
             c.max_command_attempts = 1;
-            c.connection_timeout = Duration::from_secs(2);
+            c.connection_timeout = CONNECTION_TIMEOUT;
             c.internal_command_timeout = Duration::from_secs(2);
             c.unresponsive.max_timeout = Some(Duration::from_secs(2));
             c.unresponsive.interval = Duration::from_millis(500);

@@ -3,6 +3,13 @@
 //! They are OpenTelemetry instruments exported in Prometheus text format
 //! on `/metrics`. Each [`Metrics`] owns its own registry, so tests that run
 //! several services in one process see only their own numbers.
+//!
+//! Every label value comes from a fixed set named in this file or in the
+//! storage and domain enums it is given (`&'static str`, or an enum): no
+//! merchant, customer or attempt id, and no Redis error text, can ever
+//! become one, so the number of series stays bounded whatever callers send.
+//! On the request path, recording allocates nothing: label values are
+//! static, and the hottest instruments' labels are built once, here.
 
 use std::time::Duration;
 
@@ -12,6 +19,7 @@ use opentelemetry_sdk::metrics::SdkMeterProvider;
 use prometheus::{Encoder, TextEncoder};
 use tokio::net::TcpListener;
 
+use crate::domain::admission::AdmissionRefusal;
 use crate::domain::memory_guard::GuardReading;
 
 /// Every metric family `/metrics` can show, as Prometheus names it
@@ -50,6 +58,73 @@ const LATENCY_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
 
+/// Redis latency buckets in seconds: a healthy Redis answers in about
+/// 100 µs, so they start at 50 µs; they end past the longest Redis timeout
+/// anyone should set, where a stalled call shows.
+const REDIS_LATENCY_BUCKETS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5,
+];
+
+/// What a Redis call the service makes is for: the `command` label of
+/// `sticky_routing_redis_command_duration_seconds`, and the `script` label
+/// of `sticky_routing_noscript_fallbacks_total` for the three scripts.
+/// Named by the store's operation, not by the Redis command, because an
+/// operation may be two commands (GetHabits' HGETALL and TTL, a script's
+/// EVALSHA and EVAL after NOSCRIPT) and two operations share a command
+/// (GetPin's and GetHabits' HGETALL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedisCommand {
+    /// GetPin: HGETALL of the customer's hash.
+    ReadCombos = 0,
+    /// GetHabits: HGETALL and TTL of the customer's hash, sent together.
+    ReadHabits,
+    /// ForgetCustomer: DEL of the customer's hash.
+    Forget,
+    /// RecordOutcome, a success: record_success.lua.
+    RecordSuccess,
+    /// RecordOutcome, a gateway failure: record_failure.lua.
+    RecordFailure,
+    /// RecordOutcome, a new customer's success: admit.lua on the merchant's
+    /// admission key.
+    Admit,
+    /// The readiness check: PING every 500 ms (to every primary on Cluster).
+    Ping,
+}
+
+impl RedisCommand {
+    /// Every command, each at its own index.
+    pub const ALL: [Self; 7] = [
+        Self::ReadCombos,
+        Self::ReadHabits,
+        Self::Forget,
+        Self::RecordSuccess,
+        Self::RecordFailure,
+        Self::Admit,
+        Self::Ping,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::ReadCombos => "read_combos",
+            Self::ReadHabits => "read_habits",
+            Self::Forget => "forget",
+            Self::RecordSuccess => "record_success",
+            Self::RecordFailure => "record_failure",
+            Self::Admit => "admit",
+            Self::Ping => "ping",
+        }
+    }
+}
+
+/// The `reason` label of `sticky_routing_admission_refusals_total`.
+fn admission_refusal_label(why: AdmissionRefusal) -> &'static str {
+    match why {
+        AdmissionRefusal::Budget => "budget",
+        AdmissionRefusal::MemoryGuard => "memory_guard",
+    }
+}
+
 /// Why a StickyRouting call was answered before any handler ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
@@ -81,6 +156,13 @@ pub struct Metrics {
     pruned_fields: Counter<u64>,
     refused: Counter<u64>,
     rpc_duration: Histogram<f64>,
+    redis_duration: Histogram<f64>,
+    /// `command` labels, one per [`RedisCommand`] at its index: built once,
+    /// since every Redis call records one.
+    redis_command_labels: [KeyValue; RedisCommand::ALL.len()],
+    redis_errors: Counter<u64>,
+    noscript_fallbacks: Counter<u64>,
+    admission_refusals: Counter<u64>,
 }
 
 impl Metrics {
@@ -134,6 +216,43 @@ impl Metrics {
                 .with_description("Time to answer each RPC, by method and gRPC code")
                 .with_boundaries(LATENCY_BUCKETS.to_vec())
                 .build(),
+            redis_duration: meter
+                .f64_histogram("sticky_routing_redis_command_duration")
+                .with_unit("s")
+                .with_description(
+                    "Time of each Redis call made for an RPC or the readiness check, from \
+                     handing it to the Redis client to its answer, whatever the answer, by \
+                     command: read_combos, read_habits, forget, record_success, \
+                     record_failure, admit, ping",
+                )
+                .with_boundaries(REDIS_LATENCY_BUCKETS.to_vec())
+                .build(),
+            redis_command_labels: RedisCommand::ALL
+                .map(|command| KeyValue::new("command", command.label())),
+            redis_errors: meter
+                .u64_counter("sticky_routing_redis_errors")
+                .with_description(
+                    "Failed Redis calls by kind: no_connection, queue_full, failover, refused, \
+                     read_failed, timeout, connection_lost, deadline_exceeded, foreign_value, \
+                     unexpected",
+                )
+                .build(),
+            noscript_fallbacks: meter
+                .u64_counter("sticky_routing_noscript_fallbacks")
+                .with_description(
+                    "Script calls that Redis answered NOSCRIPT (it forgot the script: a \
+                     restart, a failover, SCRIPT FLUSH) and that were sent again as EVAL, by \
+                     script: record_success, record_failure, admit",
+                )
+                .build(),
+            admission_refusals: meter
+                .u64_counter("sticky_routing_admission_refusals")
+                .with_description(
+                    "New customers not admitted, by reason: budget (the merchant's admission \
+                     budget is spent), memory_guard (the memory guard is engaged on the Redis \
+                     node that would hold the customer)",
+                )
+                .build(),
             registry,
             provider,
         })
@@ -167,17 +286,61 @@ impl Metrics {
         );
     }
 
-    /// Shows the memory guard on `/metrics`, per Redis node (primary, on
-    /// Cluster): whether it is engaged, and the `used_memory` and limit it
-    /// last compared. `readings` runs at each scrape; it reads what the
-    /// guard's own poll left and never asks Redis.
-    pub fn watch_memory_guard(
+    /// One Redis call of `command`, answered (or abandoned) after `took`.
+    /// No allocation: the label is built once, in [`Self::new`].
+    pub fn redis_command(&self, command: RedisCommand, took: Duration) {
+        let label = &self.redis_command_labels[command as usize];
+        self.redis_duration
+            .record(took.as_secs_f64(), std::slice::from_ref(label));
+    }
+
+    /// One failed Redis call; `kind` is `StorageError::kind`, a word from a
+    /// fixed set.
+    pub fn redis_error(&self, kind: &'static str) {
+        self.redis_errors.add(1, &[KeyValue::new("kind", kind)]);
+    }
+
+    /// A script call met NOSCRIPT and is sent again as EVAL.
+    pub fn noscript_fallback(&self, script: RedisCommand) {
+        self.noscript_fallbacks
+            .add(1, &[KeyValue::new("script", script.label())]);
+    }
+
+    /// A new customer not admitted, and why.
+    pub fn admission_refused(&self, why: AdmissionRefusal) {
+        self.admission_refusals
+            .add(1, &[KeyValue::new("reason", admission_refusal_label(why))]);
+    }
+
+    /// Shows each Redis node (each primary, on Cluster) on `/metrics`:
+    /// whether it answered the memory guard's last poll
+    /// (`sticky_routing_redis_up`), and the guard's state there: whether it
+    /// is engaged, and the `used_memory` and limit it last compared.
+    /// `readings` runs at each scrape; it reads what the guard's own poll
+    /// left and never asks Redis.
+    pub fn watch_redis_nodes(
         &self,
         readings: impl Fn() -> Vec<GuardReading> + Send + Sync + 'static,
     ) {
         let readings = std::sync::Arc::new(readings);
         let meter = self.provider.meter("sticky-routing");
         let node = |reading: &GuardReading| [KeyValue::new("node", reading.node.clone())];
+        let read = readings.clone();
+        meter
+            .u64_observable_gauge("sticky_routing_redis_up")
+            .with_description(
+                "1 while this Redis node answers the memory guard's once-a-second INFO poll, \
+                 0 while it does not (or its connection is down); absent before the first \
+                 poll says either",
+            )
+            .with_callback(move |observer| {
+                for reading in read() {
+                    if let Some(reachable) = reading.reachable {
+                        observer.observe(u64::from(reachable), &node(&reading));
+                    }
+                }
+            })
+            .build();
         let read = readings.clone();
         meter
             .u64_observable_gauge("sticky_routing_admission_memory_guard_engaged")
@@ -347,21 +510,30 @@ mod tests {
     }
 
     #[test]
-    fn the_memory_guard_shows_per_node_and_omits_what_is_not_known() {
+    fn redis_nodes_show_per_node_and_omit_what_is_not_known() {
         let metrics = Metrics::new().unwrap();
-        metrics.watch_memory_guard(|| {
+        metrics.watch_redis_nodes(|| {
             vec![
                 GuardReading {
                     node: "10.0.0.1:6379".into(),
                     engaged: true,
                     used_memory: Some(900),
                     limit: Some(800),
+                    reachable: Some(true),
                 },
                 GuardReading {
                     node: "10.0.0.2:6379".into(),
                     engaged: false,
                     used_memory: None,
                     limit: None,
+                    reachable: Some(false),
+                },
+                GuardReading {
+                    node: "10.0.0.3:6379".into(),
+                    engaged: false,
+                    used_memory: None,
+                    limit: None,
+                    reachable: None,
                 },
             ]
         });
@@ -371,6 +543,8 @@ mod tests {
             "sticky_routing_admission_memory_guard_engaged{node=\"10.0.0.2:6379\"} 0",
             "sticky_routing_admission_memory_used_bytes{node=\"10.0.0.1:6379\"} 900",
             "sticky_routing_admission_memory_limit_bytes{node=\"10.0.0.1:6379\"} 800",
+            "sticky_routing_redis_up{node=\"10.0.0.1:6379\"} 1",
+            "sticky_routing_redis_up{node=\"10.0.0.2:6379\"} 0",
         ] {
             assert!(text.contains(line), "{line} missing from:\n{text}");
         }
@@ -378,5 +552,108 @@ mod tests {
             !text.contains("memory_used_bytes{node=\"10.0.0.2"),
             "{text}"
         );
+        assert!(!text.contains("redis_up{node=\"10.0.0.3"), "{text}");
+    }
+
+    /// The families `text` declares (`# TYPE name kind`).
+    fn families(text: &str) -> std::collections::BTreeSet<&str> {
+        text.lines()
+            .filter_map(|line| line.strip_prefix("# TYPE ")?.split_whitespace().next())
+            .collect()
+    }
+
+    /// [`EXPORTED_METRICS`] is exactly what the instruments render once each
+    /// has been used: a family added without a name in the list, or a name
+    /// left in the list for a family that is gone, fails here. The
+    /// `process_*` families are left aside: the prometheus crate renders
+    /// them on Linux only, and `process_virtual_memory_max_bytes` only under
+    /// an address-space limit.
+    #[test]
+    fn the_exported_list_is_exactly_what_renders() {
+        let metrics = Metrics::new().unwrap();
+        metrics.pin("pinned");
+        metrics.write("applied");
+        metrics.pruned(1);
+        metrics.refused(Refusal::Shed);
+        metrics.rpc("GetPin", tonic::Code::Ok, Duration::from_micros(300));
+        metrics.redis_command(RedisCommand::Ping, Duration::from_micros(80));
+        metrics.redis_error("no_connection");
+        metrics.noscript_fallback(RedisCommand::Admit);
+        metrics.admission_refused(AdmissionRefusal::Budget);
+        metrics.watch_redis_nodes(|| {
+            vec![GuardReading {
+                node: "10.0.0.1:6379".into(),
+                engaged: false,
+                used_memory: Some(1),
+                limit: Some(2),
+                reachable: Some(true),
+            }]
+        });
+        let text = metrics.render();
+        let rendered = families(&text);
+        let is_process = |name: &str| name.starts_with("process_");
+        let listed: std::collections::BTreeSet<&str> = EXPORTED_METRICS.iter().copied().collect();
+        assert_eq!(
+            listed.len(),
+            EXPORTED_METRICS.len(),
+            "a name is listed twice"
+        );
+        assert_eq!(
+            listed.iter().filter(|n| !is_process(n)).collect::<Vec<_>>(),
+            rendered
+                .iter()
+                .filter(|n| !is_process(n))
+                .collect::<Vec<_>>(),
+            "EXPORTED_METRICS differs from what renders:\n{text}"
+        );
+    }
+
+    #[test]
+    fn redis_instruments_render_with_their_labels() {
+        let metrics = Metrics::new().unwrap();
+        for command in RedisCommand::ALL {
+            metrics.redis_command(command, Duration::from_micros(70));
+        }
+        metrics.redis_command(RedisCommand::Admit, Duration::from_millis(300));
+        metrics.redis_error("timeout");
+        metrics.redis_error("timeout");
+        metrics.noscript_fallback(RedisCommand::RecordSuccess);
+        metrics.admission_refused(AdmissionRefusal::MemoryGuard);
+        metrics.admission_refused(AdmissionRefusal::Budget);
+        let text = metrics.render();
+        for command in RedisCommand::ALL {
+            let label = command.label();
+            let count = if command == RedisCommand::Admit { 2 } else { 1 };
+            for line in [
+                format!(
+                    "sticky_routing_redis_command_duration_seconds_bucket{{command=\"{label}\",le=\"0.0001\"}} 1"
+                ),
+                format!(
+                    "sticky_routing_redis_command_duration_seconds_count{{command=\"{label}\"}} {count}"
+                ),
+            ] {
+                assert!(text.contains(&line), "{line} missing from:\n{text}");
+            }
+        }
+        for line in [
+            "sticky_routing_redis_command_duration_seconds_bucket{command=\"admit\",le=\"0.00005\"} 0",
+            "sticky_routing_redis_command_duration_seconds_bucket{command=\"admit\",le=\"0.5\"} 2",
+            "sticky_routing_redis_errors_total{kind=\"timeout\"} 2",
+            "sticky_routing_noscript_fallbacks_total{script=\"record_success\"} 1",
+            "sticky_routing_admission_refusals_total{reason=\"memory_guard\"} 1",
+            "sticky_routing_admission_refusals_total{reason=\"budget\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+    }
+
+    #[test]
+    fn every_redis_command_sits_at_its_own_index_under_its_own_label() {
+        let labels: std::collections::BTreeSet<&str> =
+            RedisCommand::ALL.iter().map(|c| c.label()).collect();
+        assert_eq!(labels.len(), RedisCommand::ALL.len());
+        for (index, command) in RedisCommand::ALL.into_iter().enumerate() {
+            assert_eq!(command as usize, index, "{command:?}");
+        }
     }
 }

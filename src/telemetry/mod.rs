@@ -20,7 +20,9 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 
 pub use failures::{FailureLog, SUMMARY_INTERVAL, Verdict, summarise};
 pub use ids::CallIds;
-pub use metrics::{EXPORTED_METRICS, Metrics, Refusal, canonical_name, serve_metrics};
+pub use metrics::{
+    EXPORTED_METRICS, Metrics, RedisCommand, Refusal, canonical_name, serve_metrics,
+};
 pub use settings::{
     BatchSettings, DEFAULT_SERVICE_NAME, LogFormat, OTEL_VARIABLES, ParentlessChoice,
     SamplerChoice, TelemetrySettings, TraceSettings, traces_from_env,

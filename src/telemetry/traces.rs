@@ -162,6 +162,16 @@ pub fn redis_span(operation: &'static str) -> Span {
     )
 }
 
+/// Marks a Redis call's span failed, with the error's kind
+/// (`no_connection`, `timeout`, ...) as its `error.type`.
+pub fn record_redis_error(span: &Span, kind: &'static str) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("otel.status_code", "error");
+    span.record("error.type", kind);
+}
+
 /// The trace this call belongs to: its span's when traces are on, else the
 /// caller's `traceparent`, so that log lines carry the caller's trace id
 /// even where this service exports no spans.

@@ -140,7 +140,7 @@ pub fn record_response(recorded: Recorded) -> pb::RecordOutcomeResponse {
     let (result, net_count, pruned) = match recorded {
         Recorded::Applied { net_count, pruned } => (pb::RecordResult::Applied, net_count, pruned),
         Recorded::IgnoredNoHabit => (pb::RecordResult::IgnoredNoHabit, 0, 0),
-        Recorded::NotAdmitted => (pb::RecordResult::NotAdmitted, 0, 0),
+        Recorded::NotAdmitted(_) => (pb::RecordResult::NotAdmitted, 0, 0),
         Recorded::Duplicate { net_count } => (pb::RecordResult::Duplicate, net_count, 0),
     };
     pb::RecordOutcomeResponse {

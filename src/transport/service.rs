@@ -154,10 +154,11 @@ impl StickyRouting for StickyRoutingService {
                 // 10 % of a GetPin's instructions were that memcpy).
                 let recorded =
                     Box::pin(record_outcome(&self.store, &self.rules, &cmd, deadline)).await?;
-                if let Recorded::NotAdmitted = recorded {
+                if let Recorded::NotAdmitted(why) = recorded {
                     tracing::debug!(
                         merchant = cmd.merchant.as_str(),
-                        "new customer not admitted: over the admission budget, or the memory guard is engaged"
+                        ?why,
+                        "new customer not admitted"
                     );
                 }
                 Ok(recorded)
@@ -169,7 +170,10 @@ impl StickyRouting for StickyRoutingService {
                     "applied"
                 }
                 Ok(Recorded::IgnoredNoHabit) => "no_habit",
-                Ok(Recorded::NotAdmitted) => "not_admitted",
+                Ok(Recorded::NotAdmitted(why)) => {
+                    self.metrics.admission_refused(*why);
+                    "not_admitted"
+                }
                 Ok(Recorded::Duplicate { .. }) => "duplicate",
                 Err(error) => error_label(error),
             };

@@ -105,6 +105,15 @@ async fn a_node_at_its_limit_refuses_new_customers_only_and_admits_again_below_i
     );
     let budget_after: Option<i64> = app.inspect.hget("sticky_adm_m1", "cur").await.unwrap();
     assert_eq!(budget_before, budget_after);
+    // Both refusals (the one that showed the guard engaged, and this one)
+    // are counted as the guard's, none as the budget's.
+    let text = app.scrape().await;
+    let refusals = |reason: &str| {
+        let series = format!("sticky_routing_admission_refusals_total{{reason=\"{reason}\"}}");
+        sample(&text, &series)
+    };
+    assert_eq!(refusals("memory_guard"), Some(2.0), "{text}");
+    assert_eq!(refusals("budget"), None, "{text}");
 
     // Existing customers keep updating, and GetPin does not notice.
     let update = app.success("existing", "GIGADAT").await;

@@ -204,6 +204,22 @@ async fn a_stall_longer_than_the_redis_timeout_is_answered_in_time() {
     // The stalled writes had reached Redis: they ran, as UNKNOWN warned.
     proxy.set(Replies::Pass);
     assert_eq!(count(&app, "c1").await, 3);
+
+    // On /metrics: one write timed out (the stalled readiness pings are
+    // reads, so never `timeout`), and the stall shows past the 250 ms bucket.
+    let text = app.scrape().await;
+    assert_eq!(
+        sample(&text, "sticky_routing_redis_errors_total{kind=\"timeout\"}"),
+        Some(1.0),
+        "{text}"
+    );
+    let writes = |bucket: &str| {
+        let series = format!(
+            "sticky_routing_redis_command_duration_seconds_bucket{{command=\"record_success\",le=\"{bucket}\"}}"
+        );
+        sample(&text, &series).unwrap()
+    };
+    assert!(writes("0.25") < writes("+Inf"), "{text}");
 }
 
 #[tokio::test]

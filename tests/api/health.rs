@@ -306,7 +306,12 @@ async fn the_stored_connection_problem_clears_once_redis_answers_again(#[case] t
     let mut redis = TestRedis::start(topology);
     let settings = test_settings_for(redis.url());
     let tasks = TaskTracker::new();
-    let store = RedisStore::connect(&settings.redis, &tasks).unwrap();
+    let store = RedisStore::connect(
+        &settings.redis,
+        &tasks,
+        std::sync::Arc::new(sticky_routing::telemetry::Metrics::new().unwrap()),
+    )
+    .unwrap();
     assert!(store.wait_connected(Duration::from_secs(10)).await);
     let check = async || {
         store

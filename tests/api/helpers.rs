@@ -217,18 +217,7 @@ impl TestApp {
 
     /// The Prometheus text on `/metrics`, as a scraper gets it.
     pub async fn scrape(&self) -> String {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut stream = tokio::net::TcpStream::connect(self.metrics_addr)
-            .await
-            .unwrap();
-        stream
-            .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await.unwrap();
-        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-        response
+        scrape(self.metrics_addr).await
     }
 
     /// Stops the service and waits for its drain to finish.
@@ -415,6 +404,46 @@ impl Drop for TestApp {
             let _ = tx.send(());
         }
     }
+}
+
+/// The Prometheus text on `/metrics` at `metrics_addr`, as a scraper gets it.
+pub async fn scrape(metrics_addr: SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(metrics_addr).await.unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    response
+}
+
+/// The value of `series` (name and labels, exactly as exposed) in a
+/// Prometheus text exposition; `None` when no line has it. The whole series
+/// must match and the value is compared as a number, so `… 2` does not
+/// pass for `… 20`.
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| {
+            let (name, value) = line.rsplit_once(' ')?;
+            (name == series).then(|| value.parse().unwrap())
+        })
+}
+
+/// Every sample of the family `name` (a histogram's `_count`, say) in a
+/// Prometheus text exposition: the labels between the braces, and the value.
+pub fn samples<'a>(text: &'a str, name: &str) -> Vec<(&'a str, f64)> {
+    let prefix = format!("{name}{{");
+    text.lines()
+        .filter_map(|line| {
+            let (series, value) = line.strip_prefix(&prefix)?.rsplit_once(' ')?;
+            let labels = series.strip_suffix('}')?;
+            Some((labels, value.parse().unwrap()))
+        })
+        .collect()
 }
 
 /// The service's binary with a clean `STICKY_ROUTING_*` and `OTEL_*` environment plus

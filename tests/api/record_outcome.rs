@@ -286,11 +286,22 @@ async fn forget_customer_deletes_the_hash(#[case] topology: Topology) {
 async fn scripts_survive_a_redis_that_forgot_them(#[case] topology: Topology) {
     let app = spawn_app_on(topology, |_| {}).await;
     app.success("c1", "GIGADAT").await;
+    let fallbacks = async |script: &str| {
+        let series = format!("sticky_routing_noscript_fallbacks_total{{script=\"{script}\"}}");
+        sample(&app.scrape().await, &series)
+    };
+    assert_eq!(fallbacks("record_success").await, None, "preloaded");
     app.flush_scripts().await;
     let reply = app.success("c1", "GIGADAT").await;
     assert_eq!((reply.result, reply.net_count), (APPLIED, 2));
     let reply = app.failure("c1", "GIGADAT").await;
     assert_eq!((reply.result, reply.net_count), (APPLIED, 1));
+    // Each script fell back to EVAL once, which cached it again.
+    let reply = app.success("c1", "GIGADAT").await;
+    assert_eq!((reply.result, reply.net_count), (APPLIED, 2));
+    assert_eq!(fallbacks("record_success").await, Some(1.0));
+    assert_eq!(fallbacks("record_failure").await, Some(1.0));
+    assert_eq!(fallbacks("admit").await, None);
 }
 
 #[rstest]

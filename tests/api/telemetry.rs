@@ -226,6 +226,34 @@ async fn spans_reach_a_collector_over_otlp_and_continue_the_callers_trace() {
         );
     }
 
+    // Its Redis calls are its children.
+    let redis_calls: Vec<&Span> = spans
+        .iter()
+        .map(|(_, s)| s)
+        .filter(|s| s.parent_span_id == record.span_id)
+        .collect();
+    assert!(!redis_calls.is_empty(), "no child span under RecordOutcome");
+    // A new customer's success: the write finds no hash, admission, the write.
+    let operations: Vec<String> = redis_calls
+        .iter()
+        .filter_map(|call| attributes(call).remove("db.operation.name"))
+        .collect();
+    for operation in ["record_success", "admit"] {
+        assert!(
+            operations.iter().any(|o| o == operation),
+            "no {operation} span in {operations:?}"
+        );
+    }
+    for call in &redis_calls {
+        assert_eq!(call.trace_id, record.trace_id);
+        assert_eq!(call.kind, SpanKind::Client as i32);
+        assert_eq!(
+            attributes(call).get("db.system.name").map(String::as_str),
+            Some("redis"),
+            "{call:?}"
+        );
+    }
+
     let pin = spans
         .iter()
         .map(|(_, s)| s)
@@ -274,17 +302,26 @@ async fn spans_reach_a_collector_over_otlp_and_continue_the_callers_trace() {
     child.kill().await.unwrap();
 }
 
-/// The binary's stderr until it exits after SIGTERM.
-async fn stop_and_read_stderr(mut child: Child) -> String {
+/// Reads the binary's stderr as it comes, so that a chatty binary never
+/// blocks on a full pipe; the text arrives once the binary exits.
+fn read_stderr(child: &mut Child) -> tokio::task::JoinHandle<String> {
+    let mut stderr = child.stderr.take().unwrap();
+    tokio::spawn(async move {
+        let mut text = String::new();
+        stderr.read_to_string(&mut text).await.unwrap();
+        text
+    })
+}
+
+/// Stops the binary with SIGTERM and returns all it wrote to stderr.
+async fn stop(mut child: Child, stderr: tokio::task::JoinHandle<String>) -> String {
     let pid = child.id().unwrap().to_string();
     let status = std::process::Command::new("kill")
         .args(["-TERM", &pid])
         .status()
         .unwrap();
     assert!(status.success());
-    let mut stderr = child.stderr.take().unwrap();
-    let mut text = String::new();
-    tokio::time::timeout(Duration::from_secs(30), stderr.read_to_string(&mut text))
+    let text = tokio::time::timeout(Duration::from_secs(30), stderr)
         .await
         .expect("the binary exits after SIGTERM")
         .unwrap();
@@ -296,7 +333,9 @@ async fn stop_and_read_stderr(mut child: Child) -> String {
 async fn json_lines_carry_the_calls_ids_and_an_outage_is_summarised() {
     // Nothing listens here: every call fails the same way.
     let dead_redis = format!("redis://127.0.0.1:{}", free_port());
-    let (child, channel) = start(dead_redis, &[("STICKY_ROUTING_LOG_FORMAT", "json".into())]).await;
+    let (mut child, channel) =
+        start(dead_redis, &[("STICKY_ROUTING_LOG_FORMAT", "json".into())]).await;
+    let stderr = read_stderr(&mut child);
     let mut api = StickyRoutingClient::new(channel);
     let calls = 1_000;
     let started = Instant::now();
@@ -316,7 +355,7 @@ async fn json_lines_carry_the_calls_ids_and_an_outage_is_summarised() {
         assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
     }
     let took = started.elapsed();
-    let stderr = stop_and_read_stderr(child).await;
+    let stderr = stop(child, stderr).await;
 
     let lines: Vec<serde_json::Value> = stderr
         .lines()

@@ -11,6 +11,7 @@
 //! the integration tests' harness, included from `tests/api`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fred::prelude::{HashesInterface, KeysInterface};
@@ -27,6 +28,7 @@ use crate::domain::prune::fields_to_prune;
 use crate::storage::{
     AdmissionRequest, RedisSettings, RedisStore, Secret, StorageError, SuccessWrite,
 };
+use crate::telemetry::Metrics;
 
 #[path = "../../../tests/api/redis_server.rs"]
 #[allow(dead_code, reason = "the harness serves the integration tests too")]
@@ -64,6 +66,7 @@ mod attempts;
 struct Harness {
     runtime: tokio::runtime::Runtime,
     store: RedisStore,
+    metrics: Arc<Metrics>,
     inspect: fred::prelude::Client,
     _redis: RedisServer,
 }
@@ -76,8 +79,10 @@ impl Harness {
             .build()
             .unwrap();
         let settings = test_settings(&redis);
+        let metrics = Arc::new(Metrics::new().unwrap());
         let (store, inspect) = runtime.block_on(async {
-            let store = RedisStore::connect(&settings, &TaskTracker::new()).unwrap();
+            let store =
+                RedisStore::connect(&settings, &TaskTracker::new(), metrics.clone()).unwrap();
             assert!(store.wait_connected(Duration::from_secs(5)).await);
             let inspect = fred::prelude::Builder::from_config(
                 fred::prelude::Config::from_url(&redis.url()).unwrap(),
@@ -90,6 +95,7 @@ impl Harness {
         Self {
             runtime,
             store,
+            metrics,
             inspect,
             _redis: redis,
         }
@@ -324,4 +330,14 @@ fn a_call_whose_deadline_has_passed_is_never_sent() {
     // Only this INFO itself ran.
     assert_eq!(commands_processed(&h), before + 1);
     assert!(h.hash(&key).is_empty());
+    // A failed call, but no Redis time: it never reached the client.
+    let text = h.metrics.render();
+    assert!(
+        text.contains("sticky_routing_redis_errors_total{kind=\"deadline_exceeded\"} 1"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("sticky_routing_redis_command_duration_seconds_count"),
+        "{text}"
+    );
 }

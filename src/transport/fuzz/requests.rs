@@ -6,6 +6,7 @@
 use prost::Message as _;
 
 use super::rng::Rng;
+use crate::domain::admission::AdmissionRefusal;
 use crate::domain::counts::Recorded;
 use crate::transport::pb;
 
@@ -220,7 +221,7 @@ pub fn store_answer(rng: &mut Rng, request: Option<&Request>) -> StoreAnswer {
             pruned: rng.next() as u32,
         },
         1 => Recorded::IgnoredNoHabit,
-        2 => Recorded::NotAdmitted,
+        2 => Recorded::NotAdmitted(AdmissionRefusal::Budget),
         _ => Recorded::Duplicate {
             net_count: stored_count(rng),
         },
