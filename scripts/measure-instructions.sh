@@ -8,6 +8,7 @@
 # usage: scripts/measure-instructions.sh [record|pin] [SERVICE_BINARY]
 #   default: record, target/release/sticky-routing
 #   LOAD_ARGS="--attempt-ids" adds sticky-load flags to the measured calls.
+#   KEEP_PROFILE=FILE keeps the callgrind profile, for callgrind_annotate.
 # Prints the instructions for 4,000 calls over 1,000 existing customers
 # (5 merchants, 4 combos, after a fill), one worker thread, a pool of 1.
 set -euo pipefail
@@ -44,4 +45,5 @@ callgrind_control -z "$service_pid" >/dev/null 2>&1
 "$load" "${args[@]}" "${extra[@]}" -n "$calls" | grep -E "errors|\[OK\]" || true
 callgrind_control -d "$service_pid" >/dev/null 2>&1
 total=$(grep -E '^summary:' "$dir/callgrind.out.1" | awk '{print $2}')
+if [ -n "${KEEP_PROFILE:-}" ]; then cp "$dir/callgrind.out.1" "$KEEP_PROFILE"; fi
 echo "$call: $total instructions for $calls calls ($((total / calls)) per call) in $service"

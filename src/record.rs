@@ -83,10 +83,6 @@ pub async fn record_outcome(
             // A new customer. The memory guard is asked before the budget,
             // so a refused customer spends none of the merchant's budget.
             if store.memory_guard_refuses(&key) {
-                tracing::debug!(
-                    merchant = command.merchant.as_str(),
-                    "new customer refused: the memory guard is engaged on its redis node"
-                );
                 return Ok(Recorded::NotAdmitted(AdmissionRefusal::MemoryGuard));
             }
             let request = AdmissionRequest {

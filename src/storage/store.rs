@@ -22,6 +22,7 @@ use fred::util::redis_keyslot;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
+use tracing::Instrument as _;
 
 use super::cluster::{Cluster, Node};
 use super::error::{CallKind, ConnectError, NotApplied, StorageError};
@@ -29,7 +30,7 @@ use super::memory_watch::{NodeGuard, Watched};
 use super::scripts::{LuaScript, Scripts};
 use super::sentinel_watch::SentinelWatch;
 use super::settings::RedisSettings;
-use super::timing::timed;
+use super::timing::{Timed, timed};
 use crate::domain::admission::{Decision, WindowCounters};
 use crate::domain::attempts::{self, AttemptDigest};
 use crate::domain::combo::Combo;
@@ -594,7 +595,15 @@ impl RedisStore {
             Backend::Single {
                 pool, in_flight, ..
             } => match self.call_on(pool, in_flight, deadline, write) {
-                Ok(call) => timed(&self.metrics, command, deadline, call.run(op)).await,
+                Ok(call) => {
+                    let timed = Timed::start(&self.metrics, command, deadline);
+                    let result = match timed.span() {
+                        None => call.run(op).await,
+                        Some(span) => call.run(op).instrument(span.clone()).await,
+                    };
+                    timed.finish(&result);
+                    result
+                }
                 Err(refused) => Err(refused),
             },
             // Boxed: its futures (up to two calls, and the redirect between

@@ -118,7 +118,7 @@ impl RedisCommand {
 }
 
 /// The `reason` label of `sticky_routing_admission_refusals_total`.
-fn admission_refusal_label(why: AdmissionRefusal) -> &'static str {
+pub fn admission_refusal_label(why: AdmissionRefusal) -> &'static str {
     match why {
         AdmissionRefusal::Budget => "budget",
         AdmissionRefusal::MemoryGuard => "memory_guard",

@@ -33,6 +33,16 @@ use super::settings::{ParentlessChoice, SamplerChoice, TraceSettings};
 /// nothing else. Log lines never show these spans.
 pub const SPAN_TARGET: &str = "sticky_routing::trace";
 
+/// `filter` with [`SPAN_TARGET`] turned off, so that the log lines never
+/// show the spans meant for the trace backend.
+pub fn keep_out_of_logs(filter: tracing_subscriber::EnvFilter) -> tracing_subscriber::EnvFilter {
+    match format!("{SPAN_TARGET}=off").parse() {
+        Ok(directive) => filter.add_directive(directive),
+        // The text is a constant that parses (a unit test says so).
+        Err(_) => filter,
+    }
+}
+
 /// The gRPC service every RPC span names.
 const SERVICE: &str = "sticky_routing.v1.StickyRouting";
 
@@ -111,6 +121,7 @@ pub fn rpc_span(rpc: &'static str, metadata: &MetadataMap) -> Span {
         rpc.grpc.status_code = tracing::field::Empty,
         sticky_routing.code = tracing::field::Empty,
         sticky_routing.result = tracing::field::Empty,
+        sticky_routing.admission_refusal = tracing::field::Empty,
         sticky_routing.merchant_id = tracing::field::Empty,
     );
     if !span.is_disabled() {
@@ -144,6 +155,11 @@ pub fn record_merchant(span: &Span, merchant: &str) {
 /// (`applied`, `pinned`, `no_habit`, ...).
 pub fn record_result(span: &Span, result: &'static str) {
     span.record("sticky_routing.result", result);
+}
+
+/// Says why a new customer was not admitted: `budget` or `memory_guard`.
+pub fn record_admission_refusal(span: &Span, reason: &'static str) {
+    span.record("sticky_routing.admission_refusal", reason);
 }
 
 /// The span of one Redis call, a child of the current (RPC) span.
@@ -272,6 +288,15 @@ mod tests {
             Some("4bf92f3577b34da6a3ce929d0e0e4736")
         );
         assert_eq!(trace_id(&span, &MetadataMap::new()), None);
+    }
+
+    #[test]
+    fn the_spans_target_is_kept_out_of_the_logs() {
+        let filter = keep_out_of_logs(tracing_subscriber::EnvFilter::new("trace"));
+        assert!(
+            filter.to_string().contains(&format!("{SPAN_TARGET}=off")),
+            "{filter}"
+        );
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::domain::habits::ordered_habits;
 use crate::domain::pin::choose_pin;
 use crate::record::record_outcome;
 use crate::storage::{RedisStore, StorageError};
-use crate::telemetry::{CallIds, FailureLog, Metrics, Verdict, traces};
+use crate::telemetry::{CallIds, FailureLog, Metrics, Verdict, admission_refusal_label, traces};
 
 /// The service state shared by every call.
 pub struct StickyRoutingService {
@@ -86,11 +86,16 @@ impl StickyRoutingService {
         let (metadata, _, message) = request.into_parts();
         let deadline = deadline_of(&metadata, self.call_ceiling);
         let span = traces::rpc_span(method, &metadata);
-        let work = body(message, deadline, span.clone()).instrument(span.clone());
-        let result = match tokio::time::timeout_at(deadline.into(), work).await {
-            Ok(result) => result,
-            Err(_) => Err(ApiError::Storage(StorageError::DeadlineExceeded)),
+        // Instrumented only when traced: wrapping moves the body's future,
+        // a copy every call would pay for nothing.
+        let deadline_at = deadline.into();
+        let finished = if span.is_disabled() {
+            tokio::time::timeout_at(deadline_at, body(message, deadline, span.clone())).await
+        } else {
+            let work = body(message, deadline, span.clone()).instrument(span.clone());
+            tokio::time::timeout_at(deadline_at, work).await
         };
+        let result = finished.unwrap_or(Err(ApiError::Storage(StorageError::DeadlineExceeded)));
         if let Err(ApiError::Storage(error)) = &result {
             self.log_failure(method, error, &span, &metadata);
         }
@@ -152,16 +157,9 @@ impl StickyRouting for StickyRoutingService {
                 // and run to kilobytes; inline, async_trait's boxing of this
                 // handler copied them whole on every call (callgrind: about
                 // 10 % of a GetPin's instructions were that memcpy).
-                let recorded =
-                    Box::pin(record_outcome(&self.store, &self.rules, &cmd, deadline)).await?;
-                if let Recorded::NotAdmitted(why) = recorded {
-                    tracing::debug!(
-                        merchant = cmd.merchant.as_str(),
-                        ?why,
-                        "new customer not admitted"
-                    );
-                }
-                Ok(recorded)
+                // A refusal is not logged: it is routine (a spent budget),
+                // and the metric and the span say which it was.
+                Ok(Box::pin(record_outcome(&self.store, &self.rules, &cmd, deadline)).await?)
             }
             .await;
             let label = match &result {
@@ -172,6 +170,7 @@ impl StickyRouting for StickyRoutingService {
                 Ok(Recorded::IgnoredNoHabit) => "no_habit",
                 Ok(Recorded::NotAdmitted(why)) => {
                     self.metrics.admission_refused(*why);
+                    traces::record_admission_refusal(&span, admission_refusal_label(*why));
                     "not_admitted"
                 }
                 Ok(Recorded::Duplicate { .. }) => "duplicate",

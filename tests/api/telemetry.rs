@@ -167,6 +167,7 @@ async fn spans_reach_a_collector_over_otlp_and_continue_the_callers_trace() {
             ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
             ("OTEL_SERVICE_NAME", "sticky-routing-under-test".into()),
             ("OTEL_BSP_SCHEDULE_DELAY", "100".into()),
+            ("STICKY_ROUTING_MAX_CUSTOMERS_mclosed", "0".into()),
         ],
     )
     .await;
@@ -188,6 +189,10 @@ async fn spans_reach_a_collector_over_otlp_and_continue_the_callers_trace() {
         .unwrap()
         .into_inner();
     assert!(pinned.pinned);
+    // A merchant with no budget: the span says why nothing was written.
+    api.record_outcome(outcome("mclosed", CUSTOMER, "ADYEN", pb::Outcome::Success))
+        .await
+        .unwrap();
     // Bad input: the span says which code it got.
     api.record_outcome(outcome("", CUSTOMER, "ADYEN", pb::Outcome::Success))
         .await
@@ -196,7 +201,7 @@ async fn spans_reach_a_collector_over_otlp_and_continue_the_callers_trace() {
     let rpc = "sticky_routing.v1.StickyRouting/";
     let spans = spans_until(&mut received, |spans| {
         let named = |name: String| spans.iter().filter(|(_, s)| s.name == name).count();
-        named(format!("{rpc}RecordOutcome")) >= 2 && named(format!("{rpc}GetPin")) >= 1
+        named(format!("{rpc}RecordOutcome")) >= 3 && named(format!("{rpc}GetPin")) >= 1
     })
     .await;
     let record = spans
@@ -269,6 +274,22 @@ async fn spans_reach_a_collector_over_otlp_and_continue_the_callers_trace() {
             .get("sticky_routing.result")
             .map(String::as_str),
         Some("pinned")
+    );
+
+    let refused = spans
+        .iter()
+        .map(|(_, s)| attributes(s))
+        .find(|a| a.get("sticky_routing.merchant_id").map(String::as_str) == Some("mclosed"))
+        .expect("a span for the merchant with no budget");
+    assert_eq!(
+        refused.get("sticky_routing.result").map(String::as_str),
+        Some("not_admitted")
+    );
+    assert_eq!(
+        refused
+            .get("sticky_routing.admission_refusal")
+            .map(String::as_str),
+        Some("budget")
     );
 
     let bad = spans
