@@ -446,6 +446,24 @@ pub fn samples<'a>(text: &'a str, name: &str) -> Vec<(&'a str, f64)> {
         .collect()
 }
 
+/// The variables that run the binary on free local ports against
+/// `redis_url` as the test Redis's service user, and the gRPC address.
+pub fn binary_on_free_ports(redis_url: String) -> (String, Vec<(&'static str, String)>) {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let vars = vec![
+        ("STICKY_ROUTING_LISTEN_ADDR", addr.clone()),
+        (
+            "STICKY_ROUTING_METRICS_ADDR",
+            format!("127.0.0.1:{}", free_port()),
+        ),
+        ("STICKY_ROUTING_REDIS_URL", redis_url),
+        ("STICKY_ROUTING_REDIS_USERNAME", SERVICE_USER.into()),
+        ("STICKY_ROUTING_REDIS_PASSWORD", SERVICE_PASSWORD.into()),
+        ("STICKY_ROUTING_REDIS_POOL_SIZE", "2".into()),
+    ];
+    (addr, vars)
+}
+
 /// The service's binary with a clean `STICKY_ROUTING_*` and `OTEL_*` environment plus
 /// `vars`; the child is killed if the test drops it (a failed assertion).
 pub fn service_binary(vars: &[(&str, String)]) -> tokio::process::Command {

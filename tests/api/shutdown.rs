@@ -18,18 +18,7 @@ use crate::helpers::*;
 
 /// A running binary on free ports against `redis`, and a channel to it.
 async fn start_binary(redis: &RedisServer, extra: &[(&str, String)]) -> (Child, Channel) {
-    let addr = format!("127.0.0.1:{}", free_port());
-    let mut vars = vec![
-        ("STICKY_ROUTING_LISTEN_ADDR", addr.clone()),
-        (
-            "STICKY_ROUTING_METRICS_ADDR",
-            format!("127.0.0.1:{}", free_port()),
-        ),
-        ("STICKY_ROUTING_REDIS_URL", redis.url()),
-        ("STICKY_ROUTING_REDIS_USERNAME", SERVICE_USER.into()),
-        ("STICKY_ROUTING_REDIS_PASSWORD", SERVICE_PASSWORD.into()),
-        ("STICKY_ROUTING_REDIS_POOL_SIZE", "2".into()),
-    ];
+    let (addr, mut vars) = binary_on_free_ports(redis.url());
     vars.extend_from_slice(extra);
     let child = service_binary(&vars)
         .stdout(Stdio::null())

@@ -97,18 +97,7 @@ fn hex(bytes: &[u8]) -> String {
 /// its gRPC port accepts connections (not when it is ready: some tests
 /// point it at a Redis that is down).
 async fn start(redis_url: String, vars: &[(&str, String)]) -> (Child, Channel) {
-    let addr = format!("127.0.0.1:{}", free_port());
-    let mut all = vec![
-        ("STICKY_ROUTING_LISTEN_ADDR", addr.clone()),
-        (
-            "STICKY_ROUTING_METRICS_ADDR",
-            format!("127.0.0.1:{}", free_port()),
-        ),
-        ("STICKY_ROUTING_REDIS_URL", redis_url),
-        ("STICKY_ROUTING_REDIS_USERNAME", SERVICE_USER.into()),
-        ("STICKY_ROUTING_REDIS_PASSWORD", SERVICE_PASSWORD.into()),
-        ("STICKY_ROUTING_REDIS_POOL_SIZE", "2".into()),
-    ];
+    let (addr, mut all) = binary_on_free_ports(redis_url);
     all.extend_from_slice(vars);
     let child = service_binary(&all)
         .stdout(Stdio::null())
