@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How often the counts of repeated failures are written.
 pub const SUMMARY_INTERVAL: Duration = Duration::from_secs(1);
@@ -30,7 +30,14 @@ pub enum Verdict {
 /// first failure until a summary interval passes without one.
 #[derive(Debug, Default)]
 pub struct FailureLog {
-    unreported: Mutex<HashMap<&'static str, u64>>,
+    kinds: Mutex<HashMap<&'static str, Kind>>,
+}
+
+/// One kind's failures not yet reported, and when it last failed.
+#[derive(Debug, Clone, Copy)]
+struct Kind {
+    unreported: u64,
+    last_failed: Instant,
 }
 
 impl FailureLog {
@@ -41,27 +48,42 @@ impl FailureLog {
     /// Notes one failure of `kind` and says whether to log it in full.
     /// Called only for failed calls, never on the path of a good one.
     pub fn failed(&self, kind: &'static str) -> Verdict {
-        let mut unreported = self.lock();
-        match unreported.get_mut(kind) {
-            Some(count) => {
-                *count += 1;
+        self.failed_at(kind, Instant::now())
+    }
+
+    fn failed_at(&self, kind: &'static str, now: Instant) -> Verdict {
+        let mut kinds = self.lock();
+        match kinds.get_mut(kind) {
+            Some(seen) => {
+                seen.unreported += 1;
+                seen.last_failed = now;
                 Verdict::Counted
             }
             None => {
-                unreported.insert(kind, 0);
+                let first = Kind {
+                    unreported: 0,
+                    last_failed: now,
+                };
+                kinds.insert(kind, first);
                 Verdict::LogInFull
             }
         }
     }
 
     /// The kinds with failures not yet reported, and how many; resets them.
-    /// A kind with none since the last call is forgotten.
+    /// A kind without a failure for a whole interval is forgotten, so that
+    /// its next failure is logged in full.
     pub fn take_summary(&self) -> Vec<(&'static str, u64)> {
-        let mut unreported = self.lock();
-        unreported.retain(|_, count| *count > 0);
-        let mut summary: Vec<_> = unreported
+        self.take_summary_at(Instant::now())
+    }
+
+    fn take_summary_at(&self, now: Instant) -> Vec<(&'static str, u64)> {
+        let mut kinds = self.lock();
+        kinds.retain(|_, seen| seen.unreported > 0 || !quiet_since(seen.last_failed, now));
+        let mut summary: Vec<_> = kinds
             .iter_mut()
-            .map(|(kind, count)| (*kind, std::mem::take(count)))
+            .filter(|(_, seen)| seen.unreported > 0)
+            .map(|(kind, seen)| (*kind, std::mem::take(&mut seen.unreported)))
             .collect();
         summary.sort_unstable();
         summary
@@ -79,13 +101,19 @@ impl FailureLog {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<&'static str, u64>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<&'static str, Kind>> {
         // A panic while holding this lock cannot leave the counts wrong in
         // a way that matters; keep logging.
-        self.unreported
+        self.kinds
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+}
+
+/// Whether a kind that last failed at `last_failed` has been quiet for a
+/// whole interval at `now`.
+fn quiet_since(last_failed: Instant, now: Instant) -> bool {
+    now.saturating_duration_since(last_failed) >= SUMMARY_INTERVAL
 }
 
 /// Writes the summary every [`SUMMARY_INTERVAL`] until `stop` resolves, and
@@ -94,7 +122,11 @@ pub async fn summarise(
     log: std::sync::Arc<FailureLog>,
     stop: impl std::future::Future<Output = ()>,
 ) {
-    let mut tick = tokio::time::interval(SUMMARY_INTERVAL);
+    // The first summary a whole interval after the start, not at once.
+    let mut tick = tokio::time::interval_at(
+        tokio::time::Instant::now() + SUMMARY_INTERVAL,
+        SUMMARY_INTERVAL,
+    );
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(stop);
     loop {
@@ -113,31 +145,55 @@ mod tests {
     #[test]
     fn an_outage_is_one_full_line_then_counts() {
         let log = FailureLog::new();
-        assert_eq!(log.failed("no_connection"), Verdict::LogInFull);
+        let t0 = Instant::now();
+        assert_eq!(log.failed_at("no_connection", t0), Verdict::LogInFull);
         for _ in 0..999 {
-            assert_eq!(log.failed("no_connection"), Verdict::Counted);
+            assert_eq!(log.failed_at("no_connection", t0), Verdict::Counted);
         }
-        assert_eq!(log.failed("timeout"), Verdict::LogInFull);
-        assert_eq!(log.failed("timeout"), Verdict::Counted);
+        assert_eq!(log.failed_at("timeout", t0), Verdict::LogInFull);
+        assert_eq!(log.failed_at("timeout", t0), Verdict::Counted);
+        let t1 = t0 + SUMMARY_INTERVAL;
         assert_eq!(
-            log.take_summary(),
+            log.take_summary_at(t1),
             vec![("no_connection", 999), ("timeout", 1)]
         );
         // The outage goes on: still counted, not logged in full.
-        assert_eq!(log.failed("no_connection"), Verdict::Counted);
-        assert_eq!(log.take_summary(), vec![("no_connection", 1)]);
+        assert_eq!(log.failed_at("no_connection", t1), Verdict::Counted);
+        assert_eq!(
+            log.take_summary_at(t1 + SUMMARY_INTERVAL),
+            vec![("no_connection", 1)]
+        );
+    }
+
+    #[test]
+    fn a_summary_just_after_the_first_failure_does_not_forget_it() {
+        let log = FailureLog::new();
+        let t0 = Instant::now();
+        assert_eq!(log.failed_at("no_connection", t0), Verdict::LogInFull);
+        // A tick a moment later: nothing to report, and the kind is kept.
+        assert_eq!(log.take_summary_at(t0 + Duration::from_millis(1)), vec![]);
+        assert_eq!(
+            log.failed_at("no_connection", t0 + Duration::from_millis(2)),
+            Verdict::Counted
+        );
     }
 
     #[test]
     fn a_kind_quiet_for_an_interval_is_logged_in_full_again() {
         let log = FailureLog::new();
-        assert_eq!(log.failed("refused"), Verdict::LogInFull);
-        // Nothing more: no summary line, and the kind is forgotten.
-        assert_eq!(log.take_summary(), vec![]);
-        assert_eq!(log.failed("refused"), Verdict::LogInFull);
-        assert_eq!(log.failed("refused"), Verdict::Counted);
-        assert_eq!(log.take_summary(), vec![("refused", 1)]);
-        assert_eq!(log.take_summary(), vec![]);
-        assert_eq!(log.failed("refused"), Verdict::LogInFull);
+        let t0 = Instant::now();
+        assert_eq!(log.failed_at("refused", t0), Verdict::LogInFull);
+        // Nothing more for a whole interval: no line, and the kind is forgotten.
+        let t1 = t0 + SUMMARY_INTERVAL;
+        assert_eq!(log.take_summary_at(t1), vec![]);
+        assert_eq!(log.failed_at("refused", t1), Verdict::LogInFull);
+        assert_eq!(log.failed_at("refused", t1), Verdict::Counted);
+        let t2 = t1 + SUMMARY_INTERVAL;
+        assert_eq!(log.take_summary_at(t2), vec![("refused", 1)]);
+        assert_eq!(log.take_summary_at(t2 + SUMMARY_INTERVAL), vec![]);
+        assert_eq!(
+            log.failed_at("refused", t2 + SUMMARY_INTERVAL),
+            Verdict::LogInFull
+        );
     }
 }
