@@ -464,6 +464,36 @@ pub fn binary_on_free_ports(redis_url: String) -> (String, Vec<(&'static str, St
     (addr, vars)
 }
 
+/// The binary on free local ports against `redis_url`, with `extra`
+/// variables and its stderr to `stderr`, and a channel to it once its gRPC
+/// port accepts connections (not once it is ready: some tests point it at a
+/// Redis that is down).
+pub async fn start_binary_listening(
+    redis_url: String,
+    extra: &[(&str, String)],
+    stderr: std::process::Stdio,
+) -> (tokio::process::Child, Channel) {
+    let (addr, mut vars) = binary_on_free_ports(redis_url);
+    vars.extend_from_slice(extra);
+    let child = service_binary(&vars)
+        .stdout(std::process::Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("the binary starts");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Ok(channel) = Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+        {
+            return (child, channel);
+        }
+        assert!(Instant::now() < deadline, "the binary never listened");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The service's binary with a clean `STICKY_ROUTING_*` and `OTEL_*` environment plus
 /// `vars`; the child is killed if the test drops it (a failed assertion).
 pub fn service_binary(vars: &[(&str, String)]) -> tokio::process::Command {

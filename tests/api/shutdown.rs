@@ -16,32 +16,19 @@ use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
 use crate::helpers::*;
 
-/// A running binary on free ports against `redis`, and a channel to it.
+/// A running binary on free ports against `redis`, and a channel to it,
+/// once both health statuses are SERVING.
 async fn start_binary(redis: &RedisServer, extra: &[(&str, String)]) -> (Child, Channel) {
-    let (addr, mut vars) = binary_on_free_ports(redis.url());
-    vars.extend_from_slice(extra);
-    let child = service_binary(&vars)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the binary starts");
+    let (child, channel) = start_binary_listening(redis.url(), extra, Stdio::null()).await;
+    let health = HealthClient::new(channel.clone());
     let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Ok(channel) = Channel::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect()
-            .await
-        {
-            let health = HealthClient::new(channel.clone());
-            if health_status(&health, "").await == SERVING
-                && health_status(&health, API).await == SERVING
-            {
-                return (child, channel);
-            }
-        }
+    while health_status(&health, "").await != SERVING
+        || health_status(&health, API).await != SERVING
+    {
         assert!(Instant::now() < deadline, "the binary never became SERVING");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    (child, channel)
 }
 
 fn sigterm(child: &Child) {

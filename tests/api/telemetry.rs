@@ -22,7 +22,6 @@ use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
 use tokio::io::AsyncReadExt as _;
 use tokio::process::Child;
 use tokio::sync::mpsc;
-use tonic::transport::Channel;
 
 use crate::helpers::*;
 
@@ -93,31 +92,6 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The binary on free ports against `redis_url`, with `vars`; returns when
-/// its gRPC port accepts connections (not when it is ready: some tests
-/// point it at a Redis that is down).
-async fn start(redis_url: String, vars: &[(&str, String)]) -> (Child, Channel) {
-    let (addr, mut all) = binary_on_free_ports(redis_url);
-    all.extend_from_slice(vars);
-    let child = service_binary(&all)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the binary starts");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Ok(channel) = Channel::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect()
-            .await
-        {
-            return (child, channel);
-        }
-        assert!(Instant::now() < deadline, "the binary never listened");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 fn with_metadata<T>(message: T, pairs: &[(&'static str, String)]) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
     for (name, value) in pairs {
@@ -150,7 +124,7 @@ async fn spans_until(
 async fn spans_reach_a_collector_over_otlp_and_continue_the_callers_trace() {
     let redis = RedisServer::start();
     let (endpoint, mut received) = start_collector().await;
-    let (mut child, channel) = start(
+    let (mut child, channel) = start_binary_listening(
         redis.url(),
         &[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
@@ -158,6 +132,7 @@ async fn spans_reach_a_collector_over_otlp_and_continue_the_callers_trace() {
             ("OTEL_BSP_SCHEDULE_DELAY", "100".into()),
             ("STICKY_ROUTING_MAX_CUSTOMERS_mclosed", "0".into()),
         ],
+        Stdio::null(),
     )
     .await;
     let mut api = StickyRoutingClient::new(channel);
@@ -343,8 +318,12 @@ async fn stop(mut child: Child, stderr: tokio::task::JoinHandle<String>) -> Stri
 async fn json_lines_carry_the_calls_ids_and_an_outage_is_summarised() {
     // Nothing listens here: every call fails the same way.
     let dead_redis = format!("redis://127.0.0.1:{}", free_port());
-    let (mut child, channel) =
-        start(dead_redis, &[("STICKY_ROUTING_LOG_FORMAT", "json".into())]).await;
+    let (mut child, channel) = start_binary_listening(
+        dead_redis,
+        &[("STICKY_ROUTING_LOG_FORMAT", "json".into())],
+        Stdio::piped(),
+    )
+    .await;
     let stderr = read_stderr(&mut child);
     let mut api = StickyRoutingClient::new(channel);
     let calls = 1_000;
