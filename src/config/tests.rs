@@ -6,6 +6,8 @@ use std::collections::BTreeSet;
 use super::*;
 use crate::storage::{Secret, redact_url};
 
+mod documents;
+
 /// Writes a file under a per-process temporary folder.
 fn temp_file(name: &str, contents: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("sticky-config-{}", std::process::id()));

@@ -2,7 +2,7 @@
 //! `sticky_gw_{merchant}_{customer}`, plus one admission key per merchant.
 //!
 //! The encoding must be injective, and no customer key may equal any other
-//! key of the service. The escape rule (documented in the README):
+//! key of the service. The escape rule (documented in docs/contract.md):
 //! - in the merchant id, `%`, `_`, `{` and `}` become `%25`, `%5F`, `%7B`,
 //!   `%7D`, so the first `_` after the prefix always ends the merchant id;
 //! - in the customer id, `%`, `{` and `}` are escaped the same way (it is the

@@ -11,7 +11,7 @@
 //! their timeout). Until the promotion, and a second after it, every shard
 //! was unavailable: in the Cluster failover test about two thirds of the
 //! ~5,000 failed calls were for keys on the two healthy shards. With a pool
-//! per primary, none are (README, "Failover under load").
+//! per primary, none are (docs/operations.md, "Failover under load").
 //!
 //! Here the service keeps the slot table itself. Each primary gets its own
 //! centralized fred pool, with its own router tasks, reconnection and

@@ -6,7 +6,7 @@
 //! until Sentinel demotes it, which on Sentinel's 10 s INFO period can take
 //! that long; every write acknowledged there meanwhile is lost when it
 //! resyncs from the new primary. The Sentinel failover test
-//! (`tests/api/failover.rs`) measures that loss; the README quotes it.
+//! (`tests/api/failover.rs`) measures that loss; docs/operations.md quotes it.
 //!
 //! Two things close that gap:
 //! - **Follow.** Every half second, and at once on Sentinel's

@@ -85,7 +85,7 @@ pub struct TelemetrySettings {
 /// `OTEL_RESOURCE_ATTRIBUTES` names the service.
 pub const DEFAULT_SERVICE_NAME: &str = "sticky-routing";
 
-/// The standard variables this service reads; `--help` and the README list
+/// The standard variables this service reads; `--help` and docs/operations.md (Traces) list
 /// them.
 pub const OTEL_VARIABLES: &[&str] = &[
     "OTEL_SDK_DISABLED",

@@ -10,7 +10,7 @@
 //! them, broken frames and noise, so most calls reach validation rather
 //! than stop at decoding. A well-formed message must get exactly the answer
 //! `convert` gives it. `make test` runs a short run; `make fuzz` runs
-//! `long_run` in release (README, Development), `FUZZ_CASES` and
+//! `long_run` in release (docs/development.md), `FUZZ_CASES` and
 //! `FUZZ_SEED` override its size and seed, and `FUZZ_CASE` replays one case.
 
 mod backend;

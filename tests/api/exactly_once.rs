@@ -189,7 +189,7 @@ async fn reads_the_cap_and_forget_never_see_the_attempts(#[case] topology: Topol
     assert_eq!((again.result, again.net_count), (APPLIED, 1));
 }
 
-/// Memory, as the README quotes it: a customer with three combos, with and
+/// Memory, as docs/operations.md quotes it: a customer with three combos, with and
 /// without a full attempt memory (eight attempts, the most it keeps).
 #[tokio::test]
 async fn the_attempt_memory_costs_at_most_100_bytes_per_customer_and_keeps_listpack() {

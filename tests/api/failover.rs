@@ -3,7 +3,7 @@
 //! proves recovery within 5 s of the promotion and measures the calls that
 //! failed and the acknowledged increments that Redis's asynchronous
 //! replication lost (behind Sentinel: none, which the test demands). The
-//! figures are printed (`-- --nocapture`) and quoted in the README.
+//! figures are printed (`-- --nocapture`) and quoted in docs/operations.md.
 //!
 //! A call may fail only during the failover, and only as a Redis outage
 //! answers: UNAVAILABLE or DEADLINE_EXCEEDED, and UNKNOWN for a

@@ -6,7 +6,7 @@
 //! within a few seconds, and every replica may be promoted however long it
 //! was disconnected (`cluster-replica-validity-factor 0`): the failover
 //! tests measure the service, not Redis's election rules. Every node runs
-//! with `cluster-require-full-coverage no`, as the README tells operators
+//! with `cluster-require-full-coverage no`, as docs/operations.md tells operators
 //! to: with the default `yes`, Redis itself refuses every shard (CLUSTERDOWN)
 //! from the moment a primary is marked failed until its replica is promoted,
 //! and no client can keep the healthy shards serving.

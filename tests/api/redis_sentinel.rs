@@ -139,7 +139,7 @@ impl Drop for RedisSentinel {
     }
 }
 
-/// The sentinel user's rules the README documents (deploy/sentinel-acl.txt).
+/// The sentinel user's rules docs/operations.md documents (deploy/sentinel-acl.txt).
 fn sentinel_acl_rules() -> String {
     include_str!("../../deploy/sentinel-acl.txt")
         .lines()

@@ -14,7 +14,7 @@ pub const SERVICE_USER: &str = "sticky-routing";
 /// Its password; a test value, never a real one.
 pub const SERVICE_PASSWORD: &str = "test-only-password";
 
-/// The ACL rules the README documents, as redis-server arguments.
+/// The ACL rules docs/operations.md documents, as redis-server arguments.
 pub fn acl_rules() -> Vec<String> {
     include_str!("../../deploy/redis-acl.txt")
         .lines()

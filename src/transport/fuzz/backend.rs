@@ -142,7 +142,7 @@ fn check_customer(merchant: &MerchantId, customer: &CustomerId) {
     assert_eq!(unescape(m), merchant.as_str());
 }
 
-/// The inverse of the key escape (README, Redis layout).
+/// The inverse of the key escape (docs/contract.md, "Redis layout").
 fn unescape(escaped: &str) -> String {
     escaped
         .replace("%5F", "_")

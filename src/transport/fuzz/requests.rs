@@ -73,7 +73,7 @@ impl Request {
 
 /// A failure of the store that the backend reports instead of an answer:
 /// the ones that are not `INTERNAL`. A foreign value in Redis is
-/// `INTERNAL` by design (README), and is not the caller's input.
+/// `INTERNAL` by design (docs/contract.md, "Answer codes"), and is not the caller's input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StoreFailure {
     Unavailable,
