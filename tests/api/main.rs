@@ -9,6 +9,7 @@ mod admission_memory;
 mod bad_input;
 mod concurrency;
 mod connections;
+mod deploy_files;
 mod exactly_once;
 mod failover;
 mod fault_proxy;
