@@ -31,13 +31,13 @@ lint:
 check-deploy:
 	scripts/check-deploy.sh
 
-# The supply chain, offline: every dependency's licence is one deny.toml
+# The supply chain, without the advisory database: every dependency's licence is one deny.toml
 # allows, no banned crate, every crate from crates.io. Installs cargo-deny
 # on first use. The advisories check needs the RustSec database from the
 # network: deploy/README.md ("Supply chain") has the networked step.
 deny:
 	scripts/ensure-cargo-deny.sh
-	cargo deny --locked --offline check licenses bans sources
+	cargo deny --locked --workspace check --hide-inclusion-graph licenses bans sources
 
 # The ghz recipes in bench/ghz/ against a running service (`make run` in
 # another terminal), each printing ghz's summary. HOST, DURATION, GHZ and

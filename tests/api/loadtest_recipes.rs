@@ -190,9 +190,6 @@ fn the_recipe_check_catches_typos_and_reads_past_the_fill() {
                 _ => bad[key] = value.clone(),
             }
         }
-        if change.get("metadata").is_some() {
-            bad["metadata"] = change["metadata"].clone();
-        }
         let problems = problems_of("bad", &bad, &proto, 100);
         assert!(
             problems.iter().any(|p| p.contains(complaint)),
