@@ -92,7 +92,10 @@ fn it_builds_a_binary_of_a_workspace_package() {
         .map(|manifest| package_and_bins(manifest))
         .find(|(name, _)| name == package)
         .unwrap_or_else(|| panic!("the workspace has no package {package}"));
-    assert!(bins.iter().any(|b| b == bin), "{package} has no binary {bin}");
+    assert!(
+        bins.iter().any(|b| b == bin),
+        "{package} has no binary {bin}"
+    );
     assert!(
         build.contains(&format!("target/release/{bin} ")),
         "the build does not copy out target/release/{bin}"
@@ -137,7 +140,9 @@ fn it_copies_only_paths_that_exist_and_reach_the_build_context() {
             assert!(root.join(source).exists(), "COPY {source}: no such path");
             let top = source.split('/').next().unwrap_or(source);
             assert!(
-                !ignored.iter().any(|pattern| pattern == top || pattern == source),
+                !ignored
+                    .iter()
+                    .any(|pattern| pattern == top || pattern == source),
                 "COPY {source}: .dockerignore keeps it out of the build context"
             );
             copied += 1;
@@ -171,7 +176,10 @@ fn every_base_image_is_pinned_by_digest() {
             stages.push(stage.to_owned());
         }
     }
-    assert!(!stages.is_empty(), "no build stage: the image would carry a toolchain");
+    assert!(
+        !stages.is_empty(),
+        "no build stage: the image would carry a toolchain"
+    );
 }
 
 /// The builder's Rust is at least the workspace's `rust-version`.
@@ -188,12 +196,18 @@ fn the_builder_toolchain_meets_the_rust_version() {
         .find_map(|from| from.strip_prefix("rust:"))
         .expect("a rust: build stage");
     let tag = rust.split(['-', '@']).next().unwrap_or("");
-    assert!(version(tag) >= floor, "rust:{tag} is older than rust-version");
+    assert!(
+        version(tag) >= floor,
+        "rust:{tag} is older than rust-version"
+    );
 }
 
 fn version(text: &str) -> Vec<u32> {
     text.split('.')
-        .map(|part| part.parse().unwrap_or_else(|_| panic!("{text} is not a version")))
+        .map(|part| {
+            part.parse()
+                .unwrap_or_else(|_| panic!("{text} is not a version"))
+        })
         .collect()
 }
 

@@ -13,9 +13,9 @@ use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
 use tokio_util::task::TaskTracker;
 use tonic::{Code, Status};
 
+use crate::deploy_files::deploy_setting;
 use crate::helpers::*;
 use crate::redis_cluster::owned_slots;
-use crate::deploy_files::deploy_setting;
 use crate::redis_server::redis_cli;
 
 /// Runs `call`, bounded so a hang fails the test, and returns its result with

@@ -11,6 +11,7 @@ use crate::deploy_files::repo_file;
 
 /// The keys of ghz's JSON config (0.121: its long flag names). ghz drops
 /// any other key without a word, so a typo would silently change a run.
+#[rustfmt::skip]
 const GHZ_CONFIG_KEYS: &[&str] = &[
     "proto", "protoset", "call", "import-paths", "cacert", "cert", "key", "cname",
     "skipTLS", "insecure", "authority", "async", "rps", "load-schedule", "load-start",
@@ -95,7 +96,11 @@ fn problems_of(name: &str, recipe: &Value, proto: &str, filled: u64) -> Vec<Stri
     match fields {
         None => problems.push(format!("{name}: the proto has no call {call:?}")),
         Some(fields) => {
-            for field in recipe["data"].as_object().into_iter().flat_map(|d| d.keys()) {
+            for field in recipe["data"]
+                .as_object()
+                .into_iter()
+                .flat_map(|d| d.keys())
+            {
                 if !fields.contains(field) {
                     problems.push(format!("{name}: {call} has no field {field:?}"));
                 }
@@ -157,7 +162,11 @@ fn every_recipe_is_a_ghz_config_for_a_real_call() {
         }
     }
     assert!(recipes.len() >= 6, "recipes: {recipes:?}");
-    assert!(problems.is_empty(), "bench/ghz:\n  {}", problems.join("\n  "));
+    assert!(
+        problems.is_empty(),
+        "bench/ghz:\n  {}",
+        problems.join("\n  ")
+    );
 }
 
 /// The checker catches each mistake it is there for.
@@ -170,16 +179,43 @@ fn the_recipe_check_catches_typos_and_reads_past_the_fill() {
         "metadata": {"x-request-id": "{{newUUID}}"},
         "data": {"merchant_id": "m", "customer_id": "cus_{{randomInt 0 100}}"}
     });
-    assert_eq!(problems_of("good", &good, &proto, 100), Vec::<String>::new());
+    assert_eq!(
+        problems_of("good", &good, &proto, 100),
+        Vec::<String>::new()
+    );
     for (change, complaint) in [
-        (serde_json::json!({"concurency": 5}), "no setting \"concurency\""),
-        (serde_json::json!({"call": "sticky_routing.v1.StickyRouting.GetPins"}), "no call"),
-        (serde_json::json!({"data": {"customer": "c"}}), "no field \"customer\""),
-        (serde_json::json!({"data": {"outcome": "OUTCOME_SUCCES"}}), "no outcome"),
-        (serde_json::json!({"data": {"customer_id": "cus_{{randomInt 0 101}}"}}), "within the 100"),
-        (serde_json::json!({"data": {"customer_id": "{{randomNumber 1 2}}"}}), "no template"),
-        (serde_json::json!({"duration": "10 parsecs"}), "not a duration"),
-        (serde_json::json!({"metadata": {"request-id": "x"}}), "x-request-id"),
+        (
+            serde_json::json!({"concurency": 5}),
+            "no setting \"concurency\"",
+        ),
+        (
+            serde_json::json!({"call": "sticky_routing.v1.StickyRouting.GetPins"}),
+            "no call",
+        ),
+        (
+            serde_json::json!({"data": {"customer": "c"}}),
+            "no field \"customer\"",
+        ),
+        (
+            serde_json::json!({"data": {"outcome": "OUTCOME_SUCCES"}}),
+            "no outcome",
+        ),
+        (
+            serde_json::json!({"data": {"customer_id": "cus_{{randomInt 0 101}}"}}),
+            "within the 100",
+        ),
+        (
+            serde_json::json!({"data": {"customer_id": "{{randomNumber 1 2}}"}}),
+            "no template",
+        ),
+        (
+            serde_json::json!({"duration": "10 parsecs"}),
+            "not a duration",
+        ),
+        (
+            serde_json::json!({"metadata": {"request-id": "x"}}),
+            "x-request-id",
+        ),
     ] {
         let mut bad = good.clone();
         for (key, value) in change.as_object().unwrap() {
