@@ -34,8 +34,9 @@ pub fn deploy_setting(name: &str) -> Option<String> {
 /// (`KEY: "value"`) would become a wrong setting or a broken render.
 #[test]
 fn the_settings_file_is_plain_key_value_lines() {
+    let settings = repo_file("deploy/config.env");
     let mut keys = BTreeSet::new();
-    for (number, line) in repo_file("deploy/config.env").lines().enumerate() {
+    for (number, line) in settings.lines().enumerate() {
         let number = number + 1;
         if line.is_empty() || line.starts_with('#') {
             continue;

@@ -190,7 +190,8 @@ fn the_builder_toolchain_meets_the_rust_version() {
         .find_map(|line| line.strip_prefix("rust-version = "))
         .map(|value| version(value.trim_matches('"')))
         .expect("Cargo.toml has a rust-version");
-    let froms = all(&instructions(), "FROM");
+    let instructions = instructions();
+    let froms = all(&instructions, "FROM");
     let rust = froms
         .iter()
         .find_map(|from| from.strip_prefix("rust:"))
