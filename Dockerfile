@@ -19,6 +19,10 @@
 # (the `Digest:` line), or from docker-library/repo-info, and replace tag and
 # digest together. Keep the builder's Debian release (bookworm) the
 # runtime's: the binary links against the builder's glibc.
+# The digests below were taken from published records of these tags (the
+# debian one from docker-library/repo-info, the bookworm build of
+# 2026-08-03), not pulled: check them with the command above before the
+# first release build.
 
 # ---- build stage ------------------------------------------------------------
 # The toolchain CI tests with; Cargo.toml's rust-version is the floor.
