@@ -1,5 +1,5 @@
 # The README's two commands: `make run` and `make test`.
-.PHONY: run test lint ci bench fuzz
+.PHONY: run test lint ci bench fuzz check-deploy deny loadtest
 
 # The service against a local redis-server that it starts itself.
 run:
@@ -25,7 +25,27 @@ lint:
 	cargo fmt --check
 	cargo clippy --locked --workspace --all-targets -- -D warnings
 
-ci: lint test
+# deploy/ rendered with kustomize (base, and base with both components) and
+# validated offline against the Kubernetes schemas; installs its pinned
+# tools from PyPI into .tools/ on first use (scripts/check-deploy.sh).
+check-deploy:
+	scripts/check-deploy.sh
+
+# The supply chain, without the advisory database: every dependency's licence is one deny.toml
+# allows, no banned crate, every crate from crates.io. Installs cargo-deny
+# on first use. The advisories check needs the RustSec database from the
+# network: deploy/README.md ("Supply chain") has the networked step.
+deny:
+	scripts/ensure-cargo-deny.sh
+	cargo deny --locked --workspace check --hide-inclusion-graph licenses bans sources
+
+# The ghz recipes in bench/ghz/ against a running service (`make run` in
+# another terminal), each printing ghz's summary. HOST, DURATION, GHZ and
+# GHZ_ARGS change the run (scripts/loadtest.sh).
+loadtest:
+	scripts/loadtest.sh
+
+ci: lint test check-deploy deny
 
 # The service against its transport and storage floors, on its own Redis;
 # prints a markdown table (bench/README.md explains it). The service is built

@@ -5,7 +5,7 @@
 //! names the TOML file and the environment may use, the warning about an
 //! unknown `STICKY_ROUTING_*` variable, and the name a problem is reported
 //! under. A test holds the README's configuration table and
-//! `deploy/configmap.yaml` to it, so the docs cannot drift either.
+//! `deploy/config.env` (the ConfigMap's settings) to it, so the docs cannot drift either.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

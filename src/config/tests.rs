@@ -437,9 +437,9 @@ fn the_readme_table_names_exactly_the_declared_settings() {
 }
 
 #[test]
-fn the_configmap_names_exactly_the_declared_settings() {
-    let configmap = read_doc("deploy/configmap.yaml");
-    assert_eq!(settings_named_in(&configmap), Ok(declared_settings()));
+fn the_deploy_settings_name_exactly_the_declared_settings() {
+    let settings = read_doc("deploy/config.env");
+    assert_eq!(settings_named_in(&settings), Ok(declared_settings()));
 }
 
 #[test]

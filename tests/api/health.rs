@@ -13,6 +13,7 @@ use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
 use tokio_util::task::TaskTracker;
 use tonic::{Code, Status};
 
+use crate::deploy_files::deploy_setting;
 use crate::helpers::*;
 use crate::redis_cluster::owned_slots;
 use crate::redis_server::redis_cli;
@@ -395,16 +396,8 @@ fn the_readiness_probe_checks_the_process_and_tolerates_one_slow_check() {
 #[test]
 fn every_probe_targets_the_plaintext_health_listener() {
     let manifest = include_str!("../../deploy/deployment.yaml");
-    let configmap = include_str!("../../deploy/configmap.yaml");
-    let health_port = configmap
-        .lines()
-        .find_map(|line| {
-            line.trim()
-                .strip_prefix("STICKY_ROUTING_HEALTH_LISTEN_ADDR:")
-        })
-        .expect("the ConfigMap sets the health listener")
-        .trim()
-        .trim_matches('"')
+    let health_port = deploy_setting("STICKY_ROUTING_HEALTH_LISTEN_ADDR")
+        .expect("deploy/config.env sets the health listener")
         .rsplit(':')
         .next()
         .unwrap()

@@ -11,10 +11,11 @@
 //! at the moment someone needs it. No Redis and no server: files only.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 
 use serde_json::Value;
 use sticky_routing::telemetry::{EXPORTED_METRICS, canonical_name};
+
+use crate::deploy_files::{deploy_setting, repo_file as read, repo_yaml as yaml};
 
 /// The families among [`EXPORTED_METRICS`] that are histograms: they exist
 /// only as `_bucket`, `_sum` and `_count` series.
@@ -449,16 +450,6 @@ fn check_expr(expr: &str, place: &str, problems: &mut Vec<String>) -> BTreeSet<&
 
 // --- The files ---
 
-fn read(relative: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {relative}: {e}"))
-}
-
-fn yaml(relative: &str) -> Value {
-    serde_yaml_ng::from_str(&read(relative))
-        .unwrap_or_else(|e| panic!("{relative} is not YAML: {e}"))
-}
-
 fn dashboard() -> Value {
     let relative = "deploy/monitoring/dashboard.json";
     serde_json::from_str(&read(relative)).unwrap_or_else(|e| panic!("{relative} is not JSON: {e}"))
@@ -673,7 +664,6 @@ fn the_alert_rules_ask_only_for_exported_metrics_and_say_what_to_do() {
 fn the_podmonitor_scrapes_the_metrics_port_of_the_deployments_pods() {
     let monitor = yaml("deploy/monitoring/podmonitor.yaml");
     let deployment = yaml("deploy/deployment.yaml");
-    let configmap = yaml("deploy/configmap.yaml");
     assert_eq!(text(&monitor, "apiVersion"), "monitoring.coreos.com/v1");
     assert_eq!(text(&monitor, "kind"), "PodMonitor");
 
@@ -689,10 +679,11 @@ fn the_podmonitor_scrapes_the_metrics_port_of_the_deployments_pods() {
         );
     }
 
-    let metrics_port: u64 = text(&configmap["data"], "STICKY_ROUTING_METRICS_ADDR")
-        .rsplit_once(':')
+    let metrics_port: u64 = deploy_setting("STICKY_ROUTING_METRICS_ADDR")
+        .as_deref()
+        .and_then(|addr| addr.rsplit_once(':'))
         .and_then(|(_, port)| port.parse().ok())
-        .expect("STICKY_ROUTING_METRICS_ADDR in configmap.yaml is host:port");
+        .expect("STICKY_ROUTING_METRICS_ADDR in deploy/config.env is host:port");
     let ports: Vec<&Value> = deployment["spec"]["template"]["spec"]["containers"]
         .as_array()
         .into_iter()
