@@ -10,6 +10,7 @@ mod bad_input;
 mod concurrency;
 mod connections;
 mod exactly_once;
+mod export;
 mod failover;
 mod fault_proxy;
 mod faults;
