@@ -48,7 +48,7 @@ were skipped (counted on stderr); 2 usage, settings, file or Redis error.";
 
 /// One line for the binary's `--help`.
 pub const SUMMARY: &str =
-    "sticky-routing export [--merchant ID] [--format csv|jsonl] [FILE|-]   dump every habit";
+    "sticky-routing export [--merchant ID] [--format csv|jsonl] [FILE|-]  (see export --help)";
 
 /// How often a progress line is printed while the export runs.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);

@@ -58,11 +58,14 @@ pub struct ScannedHash {
     pub contents: HashContents,
 }
 
+/// A hash's fields and values, as bytes.
+pub type Fields = Vec<(Vec<u8>, Vec<u8>)>;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HashContents {
-    /// Every field and value, as bytes; empty when the key expired or was
-    /// deleted between SCAN and HGETALL.
-    Fields(Vec<(Vec<u8>, Vec<u8>)>),
+    /// Every field and value; empty when the key expired or was deleted
+    /// between SCAN and HGETALL.
+    Fields(Fields),
     /// The key holds no hash (Redis answered WRONGTYPE).
     NotAHash,
 }
@@ -234,7 +237,7 @@ async fn fetch_hashes(node: &Client, keys: Vec<Vec<u8>>) -> Result<Vec<ScannedHa
 }
 
 /// HGETALL's reply (pairs, or a map) as (field, value) bytes.
-fn fields_of(reply: Value) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Error> {
+fn fields_of(reply: Value) -> Result<Fields, Error> {
     if reply.is_null() {
         return Ok(Vec::new());
     }

@@ -90,7 +90,8 @@ pub struct RowWriter {
 type Out = BufWriter<Box<dyn Write + Send>>;
 
 enum Sink {
-    Csv(csv::Writer<Out>),
+    /// Boxed: the csv writer is large, and there is one sink.
+    Csv(Box<csv::Writer<Out>>),
     Jsonl(Out),
 }
 
@@ -119,7 +120,7 @@ impl RowWriter {
                     .has_headers(false)
                     .from_writer(out);
                 csv.write_record(HEADER).map_err(io::Error::other)?;
-                Sink::Csv(csv)
+                Sink::Csv(Box::new(csv))
             }
             Format::Jsonl => Sink::Jsonl(out),
         };
