@@ -221,7 +221,16 @@ async fn merchant_keeps_to_exactly_that_merchant() {
     let app = spawn_app().await;
     let expected = populate(&app).await;
     for merchant in MERCHANTS {
+        let before = app.command_calls().await;
         let output = export(&app, &["--merchant", merchant]).await;
+        // The MATCH pattern itself is exact: Redis is asked for no other
+        // merchant's hash (`a*` as a glob would match `ab`).
+        let read = app.commands_since(&before).await;
+        assert_eq!(
+            read,
+            [("hgetall".to_owned(), CUSTOMERS.len() as u64)],
+            "--merchant {merchant}"
+        );
         assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
         let wanted: Vec<Row> = expected
             .iter()
@@ -231,7 +240,6 @@ async fn merchant_keeps_to_exactly_that_merchant() {
         assert_eq!(wanted.len(), 2 * CUSTOMERS.len());
         assert_eq!(csv_rows(&output.stdout), wanted, "--merchant {merchant}");
     }
-    // `a*` as a glob would match `ab`, and `[m]?\` would match `m` + any.
     let output = export(&app, &["--merchant", "a"]).await;
     assert_eq!(csv_rows(&output.stdout), []);
 }
