@@ -14,10 +14,14 @@
 //! [`startup::Application`] and runs it; [`config`] reads every setting once,
 //! from one declaration each; [`telemetry`] owns logs and metrics.
 //!
+//! [`bulk`] holds the commands run beside the server (`export`), which use
+//! `config` and `storage` as the server does.
+//!
 //! Dependencies point one way: `startup` → `config`, `transport` → `record`
 //! → `storage` → `domain`; `config` → `storage`, `domain`. No module below
 //! imports one above it.
 
+pub mod bulk;
 pub mod config;
 pub mod domain;
 pub mod record;

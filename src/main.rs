@@ -13,6 +13,10 @@ use sticky_routing::telemetry;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("export") {
+        return run_bulk(&args[1..]);
+    }
     let settings = match config::from_process() {
         Ok(CommandLine::Run(settings)) => settings,
         Ok(CommandLine::Exit(text)) => {
@@ -51,6 +55,24 @@ fn main() -> ExitCode {
     // Sends the spans still queued while the runtime still runs.
     drop(telemetry);
     code
+}
+
+/// `sticky-routing export …`: a command beside the server, on a runtime of
+/// its own (the server's settings decide nothing about it).
+fn run_bulk(args: &[String]) -> ExitCode {
+    let env: std::collections::HashMap<String, String> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime.block_on(sticky_routing::bulk::export::run(args, &env)),
+        Err(error) => {
+            eprintln!("sticky-routing: cannot start the runtime: {error}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 async fn serve(settings: config::Settings) -> ExitCode {

@@ -12,6 +12,10 @@
 //! `{` and `}` are escaped so a caller's id can never form a Redis Cluster
 //! hash tag and pile customers into one slot. Ids without `_` in the merchant
 //! id and without `%`, `{`, `}` map to exactly `sticky_gw_{merchant}_{customer}`.
+//!
+//! Export reads keys back: [`parse_customer_key`] inverts [`customer_key`]
+//! exactly, and [`customer_key_pattern`] is the SCAN `MATCH` pattern for
+//! every customer key, or for one merchant's.
 
 use super::ids::{CustomerId, MerchantId};
 
@@ -74,6 +78,65 @@ macro_rules! key_as_str {
 
 key_as_str!(CustomerKey, AdmissionKey);
 
+/// The (merchant, customer) whose hash `key` is: `None` for any key that
+/// [`customer_key`] cannot have made (another prefix, an escape it never
+/// writes, an id the id rules reject). It accepts exactly the keys the
+/// service writes, so an exported id imports back to the very same key.
+pub fn parse_customer_key(key: &str) -> Option<(MerchantId, CustomerId)> {
+    let rest = key.strip_prefix(CUSTOMER_KEY_PREFIX)?;
+    // The merchant id's own `_` are escaped: its first `_` ends it.
+    let (merchant, customer) = rest.split_once('_')?;
+    let merchant = MerchantId::parse(&unescape(merchant, true)?).ok()?;
+    let customer = CustomerId::parse(&unescape(customer, false)?).ok()?;
+    // Canonical only: an id with spaces at its ends is trimmed by `parse`,
+    // so it would no longer encode to `key`.
+    (customer_key(&merchant, &customer) == key).then_some((merchant, customer))
+}
+
+/// The SCAN `MATCH` pattern for the customer keys of `merchant`, or of every
+/// merchant. The escaped merchant id is itself glob-escaped: an id such as
+/// `a*` must match only its own keys, not those of `ab`.
+pub fn customer_key_pattern(merchant: Option<&MerchantId>) -> String {
+    let mut pattern = String::from(CUSTOMER_KEY_PREFIX);
+    if let Some(merchant) = merchant {
+        let mut escaped = String::new();
+        escape_into(&mut escaped, merchant.as_str(), true);
+        for ch in escaped.chars() {
+            if matches!(ch, '*' | '?' | '[' | ']' | '\\') {
+                pattern.push('\\');
+            }
+            pattern.push(ch);
+        }
+        // The escaped merchant id holds no `_`: this one ends it.
+        pattern.push('_');
+    }
+    pattern.push('*');
+    pattern
+}
+
+/// Undoes [`escape_into`]; `None` for text it cannot have written: a `%`
+/// that starts no escape it uses, or a character it always escapes.
+fn unescape(escaped: &str, escape_underscore: bool) -> Option<String> {
+    let mut out = String::with_capacity(escaped.len());
+    let mut rest = escaped;
+    while let Some(at) = rest.find(['%', '{', '}', '_']) {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at..];
+        let (ch, len) = match tail.get(..3) {
+            Some("%25") => ('%', 3),
+            Some("%7B") => ('{', 3),
+            Some("%7D") => ('}', 3),
+            Some("%5F") if escape_underscore => ('_', 3),
+            _ if tail.starts_with('_') && !escape_underscore => ('_', 1),
+            _ => return None,
+        };
+        out.push(ch);
+        rest = &tail[len..];
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
 fn escape_into(out: &mut String, id: &str, escape_underscore: bool) {
     for ch in id.chars() {
         match ch {
@@ -98,18 +161,42 @@ mod tests {
         )
     }
 
-    /// Inverse of `customer_key`; it exists only to prove injectivity.
+    /// The ids `parse_customer_key` reads from `key`, as text.
     fn decode(key: &str) -> (String, String) {
-        let rest = key.strip_prefix(CUSTOMER_KEY_PREFIX).unwrap();
-        let (merchant, customer) = rest.split_once('_').unwrap();
-        (unescape(merchant), unescape(customer))
+        let (merchant, customer) = parse_customer_key(key).unwrap();
+        (merchant.as_str().to_owned(), customer.as_str().to_owned())
     }
 
-    fn unescape(s: &str) -> String {
-        s.replace("%5F", "_")
-            .replace("%7B", "{")
-            .replace("%7D", "}")
-            .replace("%25", "%")
+    #[test]
+    fn keys_the_service_cannot_write_do_not_parse() {
+        for key in [
+            "sticky_adm_m1",
+            "sticky_gw_m1",        // no customer
+            "sticky_gw__c",        // empty merchant
+            "sticky_gw_m1_",       // empty customer
+            "sticky_gw_m%_c",      // a bare %
+            "sticky_gw_m%41_c",    // an escape it never writes
+            "sticky_gw_m1_c%5F",   // `_` is not escaped in a customer id
+            "sticky_gw_{m}_c",     // a raw hash tag
+            "sticky_gw_m1_ c",     // not trimmed
+            "sticky_gw_m1_c\u{0}", // a control character
+        ] {
+            assert_eq!(parse_customer_key(key), None, "{key:?}");
+        }
+        assert_eq!(
+            decode("sticky_gw_m%5F1_c_1%25"),
+            ("m_1".into(), "c_1%".into())
+        );
+    }
+
+    #[test]
+    fn the_match_pattern_escapes_glob_characters() {
+        assert_eq!(customer_key_pattern(None), "sticky_gw_*");
+        let merchant = MerchantId::parse("a*?[x]\\_{%}").unwrap();
+        assert_eq!(
+            customer_key_pattern(Some(&merchant)),
+            "sticky_gw_a\\*\\?\\[x\\]\\\\%5F%7B%25%7D_*"
+        );
     }
 
     #[test]
@@ -189,6 +276,13 @@ mod tests {
             let (m, c) = decode(&key);
             prop_assert_eq!(m, merchant);
             prop_assert_eq!(c, customer);
+        }
+
+        #[test]
+        fn only_keys_the_service_writes_parse(text in "sticky_gw_[a-z_%{}57BDF2 ]{0,12}") {
+            if let Some((merchant, customer)) = parse_customer_key(&text) {
+                prop_assert_eq!(customer_key(&merchant, &customer), text.as_str());
+            }
         }
 
         #[test]

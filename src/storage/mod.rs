@@ -11,6 +11,7 @@
 mod cluster;
 mod error;
 mod memory_watch;
+mod scan;
 mod scripts;
 mod sentinel_watch;
 mod settings;
@@ -19,6 +20,7 @@ mod timing;
 mod tls;
 
 pub use error::{ConnectError, NoAnswer, NotApplied, StorageError};
+pub use scan::{HashContents, HashScanner, ScanError, ScannedHash};
 pub use settings::{ClientCertFiles, RedisSetting, RedisSettings, Secret, TlsFiles, redact_url};
 pub use store::RedisStore;
 pub(crate) use store::{AdmissionRequest, SuccessWrite};

@@ -144,17 +144,7 @@ impl RedisStore {
         tasks: &TaskTracker,
         metrics: Arc<Metrics>,
     ) -> Result<Self, ConnectError> {
-        let mut config = Config::from_url(&redis.url).map_err(ConnectError::Url)?;
-        if let Some(username) = &redis.username {
-            config.username = Some(username.clone());
-        }
-        if let Some(password) = &redis.password {
-            config.password = Some(password.expose().to_owned());
-        }
-        if let Some(files) = &redis.tls {
-            let tls = super::tls::client_config(files)?;
-            config.tls = Some(tls.into());
-        }
+        let mut config = client_config(redis)?;
         // Keep retrying the first connection too, rather than giving up.
         config.fail_fast = false;
         let stop = CancellationToken::new();
@@ -734,6 +724,23 @@ impl RedisStore {
             _in_flight: permit,
         })
     }
+}
+
+/// fred's configuration for `redis`: the URL, with the credentials and TLS
+/// files of their own settings.
+pub(super) fn client_config(redis: &RedisSettings) -> Result<Config, ConnectError> {
+    let mut config = Config::from_url(&redis.url).map_err(ConnectError::Url)?;
+    if let Some(username) = &redis.username {
+        config.username = Some(username.clone());
+    }
+    if let Some(password) = &redis.password {
+        config.password = Some(password.expose().to_owned());
+    }
+    if let Some(files) = &redis.tls {
+        let tls = super::tls::client_config(files)?;
+        config.tls = Some(tls.into());
+    }
+    Ok(config)
 }
 
 /// The first server `config` names, to name a single node before it is

@@ -12,6 +12,7 @@ mod connections;
 mod deploy_files;
 mod dockerfile;
 mod exactly_once;
+mod export;
 mod failover;
 mod fault_proxy;
 mod faults;

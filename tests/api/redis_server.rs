@@ -3,6 +3,7 @@
 //! Every server has the service's least-privilege user with exactly the
 //! rules in `deploy/redis-acl.txt`, and the service under test logs in as
 //! that user: the whole suite proves the documented ACL is enough. The
+//! export's read-only user has those of `deploy/redis-acl-export.txt`. The
 //! `default` user keeps full rights for the tests' own inspection.
 
 use std::net::{TcpListener, TcpStream};
@@ -14,10 +15,23 @@ pub const SERVICE_USER: &str = "sticky-routing";
 /// Its password; a test value, never a real one.
 pub const SERVICE_PASSWORD: &str = "test-only-password";
 
+/// `sticky-routing export`'s read-only Redis user in every test.
+pub const EXPORT_USER: &str = "sticky-routing-export";
+/// Its password; a test value, never a real one.
+pub const EXPORT_PASSWORD: &str = "test-only-export-password";
+
 /// The ACL rules docs/operations.md documents, as redis-server arguments.
 pub fn acl_rules() -> Vec<String> {
-    include_str!("../../deploy/redis-acl.txt")
-        .lines()
+    rules_of(include_str!("../../deploy/redis-acl.txt"))
+}
+
+/// The export user's documented rules, as redis-server arguments.
+pub fn export_acl_rules() -> Vec<String> {
+    rules_of(include_str!("../../deploy/redis-acl-export.txt"))
+}
+
+fn rules_of(file: &str) -> Vec<String> {
+    file.lines()
         .filter(|line| !line.trim_start().starts_with('#'))
         .flat_map(str::split_whitespace)
         .map(str::to_owned)
@@ -170,6 +184,8 @@ fn spawn_redis(port: u16, options: &ServerOptions, dir: &std::path::Path) -> Opt
         .arg("--user")
         .args(user)
         .args(acl_rules())
+        .args(["--user", EXPORT_USER, "on", &format!(">{EXPORT_PASSWORD}")])
+        .args(export_acl_rules())
         .args(&options.args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -1,0 +1,330 @@
+//! `sticky-routing export [--config FILE] [--merchant ID] [--format csv|jsonl] [FILE|-]`:
+//! every habit in Redis as the rows `import` reads, so that export, then
+//! `import --no-admission` into an empty Redis, gives the same habits.
+//!
+//! It loads the settings as the server does (defaults, `--config FILE` or
+//! `STICKY_ROUTING_CONFIG`, then the environment) and reads Redis with the
+//! service's connection settings; `deploy/redis-acl-export.txt` is the
+//! read-only user it needs. Rows go to stdout unless a FILE is named, data
+//! only: progress, warnings and the summary go to stderr, and no customer id
+//! ever appears there.
+//!
+//! Exit codes: 0 when every habit was written; 1 when some key or field
+//! under the customer prefix was not one the service writes, so it was
+//! skipped (the rest is written, and stderr says how many); 2 for usage,
+//! settings, file or Redis errors (a file named is then not created).
+
+mod decode;
+mod output;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use crate::config::{self, Settings};
+use crate::domain::ids::MerchantId;
+use crate::domain::keys::customer_key_pattern;
+use crate::storage::{HashContents, HashScanner, ScannedHash};
+use decode::{Decoded, decode_hash};
+use output::{Format, Row, RowWriter};
+
+/// `export --help`, and the line the binary's own `--help` can show.
+pub const HELP: &str = "\
+usage: sticky-routing export [--config FILE] [--merchant ID] [--format csv|jsonl] [FILE|-]
+
+Writes every habit in Redis as a success row whose count is its net count,
+in the format `sticky-routing import` reads. Rows go to FILE, or to stdout
+(`-` or no FILE); progress and the summary go to stderr.
+
+  --config FILE      the service's TOML settings (else STICKY_ROUTING_CONFIG);
+                     the STICKY_ROUTING_REDIS_* variables apply as for the server
+  --merchant ID      only this merchant's customers
+  --format F         csv or jsonl; by default from FILE's name (.csv, .jsonl,
+                     .ndjson), and csv on stdout
+
+Exit status: 0 all written; 1 some keys or fields were not the service's and
+were skipped (counted on stderr); 2 usage, settings, file or Redis error.";
+
+/// One line for the binary's `--help`.
+pub const SUMMARY: &str =
+    "sticky-routing export [--merchant ID] [--format csv|jsonl] [FILE|-]  (see export --help)";
+
+/// How often a progress line is printed while the export runs.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// What the command line asks for.
+#[derive(Debug, PartialEq, Eq)]
+struct Request {
+    config_file: Option<PathBuf>,
+    merchant: Option<MerchantId>,
+    format: Format,
+    /// `None`: stdout.
+    path: Option<PathBuf>,
+}
+
+/// Runs the export; `args` are the arguments after `export`.
+pub async fn run(args: &[String], env: &HashMap<String, String>) -> ExitCode {
+    let request = match parse_args(args) {
+        Ok(Some(request)) => request,
+        Ok(None) => {
+            println!("{HELP}");
+            return ExitCode::SUCCESS;
+        }
+        Err(problem) => return fail(&format!("{problem}; see `sticky-routing export --help`")),
+    };
+    let settings = match Settings::load(request.config_file.as_deref(), env) {
+        Ok(settings) => settings,
+        Err(error) => return fail(&error.to_string()),
+    };
+    for name in config::unknown_variables(env.keys().map(String::as_str)) {
+        eprintln!("sticky-routing export: warning: unknown variable {name} ignored");
+    }
+    match export(&request, &settings).await {
+        Ok(summary) => summary.report(),
+        Err(problem) => fail(&problem),
+    }
+}
+
+fn fail(problem: &str) -> ExitCode {
+    eprintln!("sticky-routing export: {problem}");
+    ExitCode::from(2)
+}
+
+/// The arguments; `Ok(None)` for `--help`.
+fn parse_args(args: &[String]) -> Result<Option<Request>, String> {
+    let (mut config_file, mut merchant, mut format, mut path) = (None, None, None, None);
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        let (name, inline) = match arg.split_once('=') {
+            Some((name, value)) if name.starts_with("--") => (name, Some(value.to_owned())),
+            _ => (arg.as_str(), None),
+        };
+        let mut value = |what: &str| {
+            inline
+                .clone()
+                .or_else(|| rest.next().cloned())
+                .ok_or_else(|| format!("{name} needs {what}"))
+        };
+        match name {
+            "-h" | "--help" => return Ok(None),
+            "--config" => config_file = Some(PathBuf::from(value("a FILE")?)),
+            "--merchant" => {
+                let id = value("an ID")?;
+                let id = MerchantId::parse(&id).map_err(|e| format!("--merchant: {}", e.reason))?;
+                merchant = Some(id);
+            }
+            "--format" => {
+                let text = value("csv or jsonl")?;
+                let parsed = Format::parse(&text)
+                    .ok_or_else(|| format!("--format: `{text}` is not csv or jsonl"))?;
+                format = Some(parsed);
+            }
+            "-" if path.is_none() => path = Some(None),
+            other if other.starts_with('-') => return Err(format!("unknown option `{other}`")),
+            file if path.is_none() => path = Some(Some(PathBuf::from(file))),
+            _ => return Err("give at most one FILE".into()),
+        }
+    }
+    let path: Option<PathBuf> = path.flatten();
+    let format = match (format, &path) {
+        (Some(format), _) => format,
+        (None, None) => Format::Csv,
+        (None, Some(file)) => Format::of_path(file).ok_or_else(|| {
+            format!(
+                "cannot tell the format from `{}`: name it .csv, .jsonl or .ndjson, or give --format",
+                file.display()
+            )
+        })?,
+    };
+    Ok(Some(Request {
+        config_file,
+        merchant,
+        format,
+        path,
+    }))
+}
+
+/// What an export wrote and skipped.
+#[derive(Debug, Default)]
+struct Summary {
+    customers: u64,
+    rows: u64,
+    unreadable_keys: u64,
+    unreadable_fields: u64,
+    elapsed: Duration,
+}
+
+impl Summary {
+    fn rate(&self) -> u64 {
+        let secs = self.elapsed.as_secs_f64();
+        if secs > 0.0 {
+            (self.rows as f64 / secs) as u64
+        } else {
+            0
+        }
+    }
+
+    fn report(&self) -> ExitCode {
+        eprintln!(
+            "sticky-routing export: done: {} customers, {} rows in {:.1}s ({} rows/s)",
+            self.customers,
+            self.rows,
+            self.elapsed.as_secs_f64(),
+            self.rate()
+        );
+        if self.unreadable_keys + self.unreadable_fields == 0 {
+            return ExitCode::SUCCESS;
+        }
+        eprintln!(
+            "sticky-routing export: warning: skipped {} keys and {} fields under the customer \
+             prefix that this service does not write (not exported)",
+            self.unreadable_keys, self.unreadable_fields
+        );
+        ExitCode::from(1)
+    }
+}
+
+/// Connects, scans, writes; an error names what failed.
+async fn export(request: &Request, settings: &Settings) -> Result<Summary, String> {
+    let scanner = HashScanner::connect(&settings.redis)
+        .await
+        .map_err(|e| e.to_string())?;
+    let writer = RowWriter::open(request.path.as_deref(), request.format)
+        .map_err(|e| cannot_write(request.path.as_deref(), &e))?;
+    let result = write_all(&scanner, request, writer).await;
+    scanner.quit().await;
+    result
+}
+
+async fn write_all(
+    scanner: &HashScanner,
+    request: &Request,
+    mut writer: RowWriter,
+) -> Result<Summary, String> {
+    let started = Instant::now();
+    let mut summary = Summary::default();
+    let mut next_progress = started + PROGRESS_EVERY;
+    let mut pages = scanner.scan(&customer_key_pattern(request.merchant.as_ref()));
+    while let Some(page) = pages.recv().await {
+        let written = page
+            .map_err(|e| e.to_string())
+            .and_then(|page| write_page(&page, request, &mut writer, &mut summary));
+        if let Err(problem) = written {
+            writer.abandon();
+            return Err(problem);
+        }
+        if Instant::now() >= next_progress {
+            next_progress += PROGRESS_EVERY;
+            summary.elapsed = started.elapsed();
+            eprintln!(
+                "sticky-routing export: {} customers, {} rows ({} rows/s)",
+                summary.customers,
+                summary.rows,
+                summary.rate()
+            );
+        }
+    }
+    writer
+        .finish()
+        .map_err(|e| cannot_write(request.path.as_deref(), &e))?;
+    summary.elapsed = started.elapsed();
+    Ok(summary)
+}
+
+fn write_page(
+    page: &[ScannedHash],
+    request: &Request,
+    writer: &mut RowWriter,
+    summary: &mut Summary,
+) -> Result<(), String> {
+    for hash in page {
+        let fields = match &hash.contents {
+            HashContents::Fields(fields) => fields,
+            HashContents::NotAHash => {
+                summary.unreadable_keys += 1;
+                continue;
+            }
+        };
+        match decode_hash(&hash.key, fields) {
+            Decoded::UnreadableKey => summary.unreadable_keys += 1,
+            Decoded::Customer {
+                merchant,
+                customer,
+                habits,
+                unreadable_fields,
+            } => {
+                // The MATCH pattern already keeps to the merchant asked for.
+                if request.merchant.as_ref().is_some_and(|m| *m != merchant) {
+                    continue;
+                }
+                summary.unreadable_fields += unreadable_fields as u64;
+                if habits.is_empty() {
+                    continue;
+                }
+                summary.customers += 1;
+                for habit in &habits {
+                    let row = Row::success(merchant.as_str(), customer.as_str(), habit);
+                    writer
+                        .write(&row)
+                        .map_err(|e| cannot_write(request.path.as_deref(), &e))?;
+                    summary.rows += 1;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn cannot_write(path: Option<&Path>, error: &std::io::Error) -> String {
+    match path {
+        Some(path) => format!("cannot write {}: {error}", path.display()),
+        None => format!("cannot write to stdout: {error}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Option<Request>, String> {
+        parse_args(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn the_format_comes_from_the_flag_then_the_name_then_stdout_csv() {
+        let format = |args: &[&str]| parse(args).unwrap().unwrap().format;
+        assert_eq!(format(&[]), Format::Csv);
+        assert_eq!(format(&["-"]), Format::Csv);
+        assert_eq!(format(&["--format", "jsonl"]), Format::Jsonl);
+        assert_eq!(format(&["out.NDJSON"]), Format::Jsonl);
+        assert_eq!(format(&["out.jsonl"]), Format::Jsonl);
+        assert_eq!(format(&["--format=csv", "out.jsonl"]), Format::Csv);
+        assert!(parse(&["out.txt"]).unwrap_err().contains("--format"));
+    }
+
+    #[test]
+    fn options_are_read_in_both_spellings() {
+        let request = parse(&["--merchant= m_1 ", "--config", "a.toml", "x.csv"])
+            .unwrap()
+            .unwrap();
+        assert_eq!(request.merchant.unwrap().as_str(), "m_1");
+        assert_eq!(request.config_file, Some(PathBuf::from("a.toml")));
+        assert_eq!(request.path, Some(PathBuf::from("x.csv")));
+        assert_eq!(parse(&["x.csv", "--help"]).unwrap(), None);
+    }
+
+    #[test]
+    fn usage_errors_name_the_problem() {
+        for (args, says) in [
+            (&["--merchant"][..], "--merchant needs"),
+            (&["--merchant", ""], "--merchant: must not be empty"),
+            (&["--format", "xml"], "`xml` is not csv"),
+            (&["--bogus"], "unknown option `--bogus`"),
+            (&["a.csv", "b.csv"], "at most one FILE"),
+        ] {
+            let problem = parse(args).unwrap_err();
+            assert!(problem.contains(says), "{args:?}: {problem}");
+        }
+    }
+}

@@ -1,0 +1,374 @@
+//! `sticky-routing export`: the binary, run as the read-only user of
+//! `deploy/redis-acl-export.txt`, writes exactly the habits the service
+//! recorded (and no remembered attempt), in CSV and JSON lines, from a single
+//! node and from every primary of a Cluster; `--merchant` keeps to exactly
+//! one merchant however its id globs; what the service does not write is
+//! counted and skipped; an unreachable Redis exits 2.
+//!
+//! The `round_trip_*` tests import the export into an empty Redis with the
+//! binary's `import --no-admission` and compare every hash.
+
+use std::collections::BTreeMap;
+use std::process::Output;
+
+use fred::prelude::{HashesInterface, KeysInterface, Value};
+use rstest::rstest;
+use sticky_routing::transport::pb;
+
+use crate::helpers::*;
+use crate::redis_server::{EXPORT_PASSWORD, EXPORT_USER};
+
+/// One exported row: merchant, customer, PM, PMT, connector, outcome, count.
+type Row = (String, String, String, String, String, String, i64);
+
+/// Merchants and customers whose ids need the key's escapes (`_`, `%`, `{`,
+/// `}`), a MATCH pattern's (`*`, `?`, `[`, `]`, `\`), or CSV quoting.
+const MERCHANTS: &[&str] = &["m1", "merchant_1", "a*", "ab", "%{x}", "[m]?\\"];
+const CUSTOMERS: &[&str] = &["cus_1", "c%7B", "{c}", "c*?[]", "c,\"q\" x", "é日"];
+
+/// Records, through the API, habits for every merchant × customer: two
+/// successes with attempt ids (so the hash remembers attempts), one more
+/// success and a failure; returns the rows export must write.
+async fn populate(app: &TestApp) -> Vec<Row> {
+    let mut expected = Vec::new();
+    for (i, merchant) in MERCHANTS.iter().enumerate() {
+        for (j, customer) in CUSTOMERS.iter().enumerate() {
+            let send = |connector: &str, result: pb::Outcome, attempt: &str| {
+                let mut request = outcome(merchant, customer, connector, result);
+                request.attempt_id = attempt.into();
+                app.record(request)
+            };
+            let gigadat = format!("GIGADAT:{i}");
+            send(&gigadat, pb::Outcome::Success, &format!("a{i}-{j}"))
+                .await
+                .unwrap();
+            send(&gigadat, pb::Outcome::Success, &format!("b{i}-{j}"))
+                .await
+                .unwrap();
+            send("acme,eu", pb::Outcome::Success, "").await.unwrap();
+            send("acme,eu", pb::Outcome::Success, "").await.unwrap();
+            send("acme,eu", pb::Outcome::GatewayFailure, "")
+                .await
+                .unwrap();
+            let row = |connector: &str, count| {
+                let parts = [merchant, customer, "INTERAC", "RTP", connector, "success"];
+                let [m, c, pm, pmt, conn, outcome] = parts.map(str::to_owned);
+                (m, c, pm, pmt, conn, outcome, count)
+            };
+            expected.push(row(&gigadat, 2));
+            expected.push(row("acme,eu", 1));
+        }
+    }
+    expected.sort();
+    expected
+}
+
+/// Runs `sticky-routing export args…` against `url` as the export user.
+async fn export_from(url: String, args: &[&str]) -> Output {
+    let vars = [
+        ("STICKY_ROUTING_REDIS_URL", url),
+        ("STICKY_ROUTING_REDIS_USERNAME", EXPORT_USER.to_owned()),
+        ("STICKY_ROUTING_REDIS_PASSWORD", EXPORT_PASSWORD.to_owned()),
+    ];
+    service_binary(&vars)
+        .arg("export")
+        .args(args)
+        .output()
+        .await
+        .expect("the binary runs")
+}
+
+async fn export(app: &TestApp, args: &[&str]) -> Output {
+    export_from(app.redis.url(), args).await
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// The rows of a CSV export, sorted, after checking its header.
+fn csv_rows(text: &[u8]) -> Vec<Row> {
+    let mut reader = csv::Reader::from_reader(text);
+    assert_eq!(
+        reader.headers().unwrap().iter().collect::<Vec<_>>(),
+        [
+            "merchant_id",
+            "customer_id",
+            "payment_method",
+            "payment_method_type",
+            "connector",
+            "outcome",
+            "count"
+        ]
+    );
+    let mut rows: Vec<Row> = reader
+        .records()
+        .map(|record| {
+            let record = record.unwrap();
+            let field = |i: usize| record.get(i).unwrap().to_owned();
+            let count = field(6).parse().unwrap();
+            (
+                field(0),
+                field(1),
+                field(2),
+                field(3),
+                field(4),
+                field(5),
+                count,
+            )
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// The rows of a JSON-lines export, sorted; every count a JSON integer.
+fn jsonl_rows(text: &[u8]) -> Vec<Row> {
+    let text = std::str::from_utf8(text).unwrap();
+    let mut rows: Vec<Row> = text
+        .lines()
+        .map(|line| {
+            let object: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_str(line).unwrap();
+            assert_eq!(object.len(), 7, "{line}");
+            let field = |name: &str| object[name].as_str().unwrap().to_owned();
+            assert!(object["count"].is_i64(), "{line}");
+            (
+                field("merchant_id"),
+                field("customer_id"),
+                field("payment_method"),
+                field("payment_method_type"),
+                field("connector"),
+                field("outcome"),
+                object["count"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// Asserts the export user ran every command within its rules, and that
+/// it was the user connected.
+async fn assert_no_acl_denials(app: &TestApp) {
+    let denials: Vec<Vec<Value>> = app.on_every_primary("ACL", vec!["LOG"]).await;
+    assert!(
+        denials.iter().all(Vec::is_empty),
+        "Redis refused some of export's commands: {denials:?}"
+    );
+}
+
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
+#[tokio::test]
+async fn export_writes_every_habit_and_no_attempt_within_its_acl(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, |_| {}).await;
+    let expected = populate(&app).await;
+    let remembered: BTreeMap<String, Value> =
+        app.inspect.hgetall("sticky_gw_m1_cus_1").await.unwrap();
+    assert!(
+        remembered.contains_key(":a"),
+        "the hashes must remember attempts for this test to mean anything"
+    );
+    if topology == Topology::Cluster {
+        let per_node: Vec<Vec<String>> = app.on_every_primary("KEYS", vec!["sticky_gw_*"]).await;
+        let holding = per_node.iter().filter(|keys| !keys.is_empty()).count();
+        assert!(
+            holding >= 2,
+            "the keys must spread over primaries: {per_node:?}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+
+    let csv_file = dir.path().join("habits.csv");
+    let output = export(&app, &[csv_file.to_str().unwrap()]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(output.stdout.is_empty(), "a FILE was named");
+    assert_eq!(csv_rows(&std::fs::read(&csv_file).unwrap()), expected);
+    let summary = format!(
+        "done: {} customers, {} rows",
+        expected.len() / 2,
+        expected.len()
+    );
+    assert!(stderr(&output).contains(&summary), "{}", stderr(&output));
+    assert!(!dir.path().join("habits.csv.partial").exists());
+
+    let jsonl_file = dir.path().join("habits.ndjson");
+    let output = export(&app, &[jsonl_file.to_str().unwrap()]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(jsonl_rows(&std::fs::read(&jsonl_file).unwrap()), expected);
+
+    // Stdout by default, data only, CSV unless --format says otherwise.
+    let output = export(&app, &[]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(csv_rows(&output.stdout), expected);
+    let output = export(&app, &["--format", "jsonl", "-"]).await;
+    assert_eq!(jsonl_rows(&output.stdout), expected);
+
+    let stderr = stderr(&output);
+    for customer in CUSTOMERS {
+        assert!(
+            !stderr.contains(customer),
+            "a customer id on stderr: {stderr}"
+        );
+    }
+    assert_no_acl_denials(&app).await;
+}
+
+#[tokio::test]
+async fn merchant_keeps_to_exactly_that_merchant() {
+    let app = spawn_app().await;
+    let expected = populate(&app).await;
+    for merchant in MERCHANTS {
+        let before = app.command_calls().await;
+        let output = export(&app, &["--merchant", merchant]).await;
+        // The MATCH pattern itself is exact: Redis is asked for no other
+        // merchant's hash (`a*` as a glob would match `ab`).
+        let read = app.commands_since(&before).await;
+        assert_eq!(
+            read,
+            [("hgetall".to_owned(), CUSTOMERS.len() as u64)],
+            "--merchant {merchant}"
+        );
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let wanted: Vec<Row> = expected
+            .iter()
+            .filter(|row| row.0 == *merchant)
+            .cloned()
+            .collect();
+        assert_eq!(wanted.len(), 2 * CUSTOMERS.len());
+        assert_eq!(csv_rows(&output.stdout), wanted, "--merchant {merchant}");
+    }
+    let output = export(&app, &["--merchant", "a"]).await;
+    assert_eq!(csv_rows(&output.stdout), []);
+}
+
+#[tokio::test]
+async fn what_the_service_does_not_write_is_skipped_counted_and_exit_1() {
+    let app = spawn_app().await;
+    app.success("c1", "GIGADAT").await;
+    app.success("c2", "LOONIO").await;
+    // A key customer_key cannot make, a key that is no hash, a foreign
+    // field and a zero count in a real customer's hash.
+    let redis = &app.inspect;
+    let _: () = redis
+        .hset("sticky_gw_m%_secret-1", ("INTERAC:RTP:X", 1))
+        .await
+        .unwrap();
+    let _: () = redis
+        .set("sticky_gw_m1_secret-2", "x", None, None, false)
+        .await
+        .unwrap();
+    let _: () = redis.hset("sticky_gw_m1_c2", ("junk", 4)).await.unwrap();
+    let _: () = redis
+        .hset("sticky_gw_m1_c2", ("INTERAC:RTP:ZERO", 0))
+        .await
+        .unwrap();
+
+    let output = export(&app, &["--format=jsonl"]).await;
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let row = |customer: &str, connector: &str| {
+        let parts = ["m1", customer, "INTERAC", "RTP", connector, "success"];
+        let [m, c, pm, pmt, conn, outcome] = parts.map(str::to_owned);
+        (m, c, pm, pmt, conn, outcome, 1)
+    };
+    assert_eq!(
+        jsonl_rows(&output.stdout),
+        [row("c1", "GIGADAT"), row("c2", "LOONIO")]
+    );
+    let stderr = stderr(&output);
+    assert!(stderr.contains("skipped 2 keys and 2 fields"), "{stderr}");
+    assert!(!stderr.contains("secret"), "a key on stderr: {stderr}");
+}
+
+#[tokio::test]
+async fn an_unreachable_redis_exits_2_and_leaves_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("out.csv");
+    let url = format!("redis://127.0.0.1:{}", free_port());
+    let output = export_from(url, &[file.to_str().unwrap()]).await;
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("cannot connect to redis"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(output.stdout.is_empty());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[tokio::test]
+async fn usage_errors_exit_2_naming_the_problem() {
+    let url = format!("redis://127.0.0.1:{}", free_port());
+    for (args, says) in [
+        (&["out.txt"][..], "cannot tell the format"),
+        (&["--format", "xml"], "--format"),
+        (&["--merchant", " "], "--merchant"),
+    ] {
+        let output = export_from(url.clone(), args).await;
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        assert!(
+            stderr(&output).contains(says),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+    }
+}
+
+/// Every customer hash of `app`'s Redis, without remembered attempts.
+async fn habits_in(app: &TestApp) -> BTreeMap<String, BTreeMap<String, String>> {
+    let mut all = BTreeMap::new();
+    for key in app.customer_keys().await {
+        let mut fields: BTreeMap<String, String> = app.inspect.hgetall(&key).await.unwrap();
+        fields.retain(|field, _| !field.starts_with(':'));
+        all.insert(key, fields);
+    }
+    all
+}
+
+/// Export from one Redis, `import --no-admission` into an empty one (the
+/// service's user, as the import runs), and the same habits, every key
+/// with a TTL.
+async fn round_trip(topology: Topology, format: &str) {
+    let source = spawn_app_on(topology, |_| {}).await;
+    populate(&source).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(format!("habits.{format}"));
+    let output = export(&source, &[file.to_str().unwrap()]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+
+    let target = spawn_app_on(topology, |_| {}).await;
+    assert!(target.customer_keys().await.is_empty());
+    let vars = [
+        ("STICKY_ROUTING_REDIS_URL", target.redis.url()),
+        ("STICKY_ROUTING_REDIS_USERNAME", SERVICE_USER.to_owned()),
+        ("STICKY_ROUTING_REDIS_PASSWORD", SERVICE_PASSWORD.to_owned()),
+    ];
+    let imported = service_binary(&vars)
+        .args(["import", "--no-admission", file.to_str().unwrap()])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(imported.status.code(), Some(0), "{}", stderr(&imported));
+
+    let before = habits_in(&source).await;
+    assert_eq!(before.len(), MERCHANTS.len() * CUSTOMERS.len());
+    assert_eq!(habits_in(&target).await, before);
+    target.assert_every_key_has_a_ttl().await;
+}
+
+#[rstest]
+#[case::csv("csv")]
+#[case::jsonl("jsonl")]
+#[ignore = "needs import (branch import)"]
+#[tokio::test]
+async fn round_trip_single_node(#[case] format: &str) {
+    round_trip(Topology::Single, format).await;
+}
+
+#[ignore = "needs import (branch import)"]
+#[tokio::test]
+async fn round_trip_cluster() {
+    round_trip(Topology::Cluster, "csv").await;
+}
