@@ -9,6 +9,9 @@
 //! - [`transport`]: thin tonic handlers that turn protobuf into domain types
 //!   and errors into `tonic::Status`.
 //!
+//! [`bulk`] holds the `import` and `export` subcommands, which reach Redis
+//! through the same store and rules.
+//!
 //! [`record`] is the RecordOutcome flow (write, admission, create) between
 //! transport and storage. [`startup`] wires everything into an
 //! [`startup::Application`] and runs it; [`config`] reads every setting once,
@@ -18,6 +21,7 @@
 //! → `storage` → `domain`; `config` → `storage`, `domain`. No module below
 //! imports one above it.
 
+pub mod bulk;
 pub mod config;
 pub mod domain;
 pub mod record;

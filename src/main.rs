@@ -1,4 +1,5 @@
-//! The `sticky-routing` binary: parse the settings, build, serve, drain.
+//! The `sticky-routing` binary: parse the settings, build, serve, drain;
+//! or run a bulk subcommand (`import`, `export`).
 //!
 //! The runtime is built by hand, after the settings are parsed, so that its
 //! thread count is a checked setting like any other.
@@ -18,6 +19,12 @@ fn main() -> ExitCode {
         Ok(CommandLine::Exit(text)) => {
             println!("{text}");
             return ExitCode::SUCCESS;
+        }
+        Ok(CommandLine::Import(args)) => {
+            return sticky_routing::bulk::import::run(&args, &config::process_env());
+        }
+        Ok(CommandLine::Export(args)) => {
+            return sticky_routing::bulk::export::run(&args, &config::process_env());
         }
         Err(error) => {
             eprintln!("sticky-routing: {error}");

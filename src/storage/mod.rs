@@ -8,6 +8,7 @@
 //! the caller's back (a lost reply after HINCRBY would otherwise count
 //! twice), and every call has a timeout no longer than the caller's deadline.
 
+mod batch;
 mod cluster;
 mod error;
 mod memory_watch;
@@ -21,6 +22,9 @@ mod tls;
 pub use error::{ConnectError, NoAnswer, NotApplied, StorageError};
 pub use settings::{ClientCertFiles, RedisSetting, RedisSettings, Secret, TlsFiles, redact_url};
 pub use store::RedisStore;
+pub(crate) use batch::{
+    CallOutcome, ScriptCall, admit_reply, failure_reply, success_reply,
+};
 pub(crate) use store::{AdmissionRequest, SuccessWrite};
 pub use tls::{TlsError, TlsFile};
 
