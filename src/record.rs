@@ -18,14 +18,14 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::domain::ids::{Connector, PaymentMethod, PaymentMethodType};
-use crate::domain::{InvalidInput, Rules};
 use crate::domain::admission::AdmissionRefusal;
 use crate::domain::attempts::AttemptId;
 use crate::domain::combo::Combo;
 use crate::domain::counts::{Outcome, Recorded};
+use crate::domain::ids::{Connector, PaymentMethod, PaymentMethodType};
 use crate::domain::ids::{CustomerId, MerchantId};
 use crate::domain::keys;
+use crate::domain::{InvalidInput, Rules};
 use crate::storage::{AdmissionRequest, NotApplied, RedisStore, StorageError, SuccessWrite};
 
 /// The most Redis calls one outcome makes: a new customer's success tries

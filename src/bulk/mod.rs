@@ -69,7 +69,10 @@ mod tests {
     fn the_file_name_gives_the_format_and_other_names_give_none() {
         assert_eq!(Format::from_path(Path::new("a/b.csv")), Some(Format::Csv));
         assert_eq!(Format::from_path(Path::new("b.JSONL")), Some(Format::Jsonl));
-        assert_eq!(Format::from_path(Path::new("b.ndjson")), Some(Format::Jsonl));
+        assert_eq!(
+            Format::from_path(Path::new("b.ndjson")),
+            Some(Format::Jsonl)
+        );
         assert_eq!(Format::from_path(Path::new("b.txt")), None);
         assert_eq!(Format::from_path(Path::new("-")), None);
     }

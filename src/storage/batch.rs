@@ -60,7 +60,10 @@ impl RedisStore {
     pub(crate) async fn run_batch(&self, calls: Vec<ScriptCall>) -> Vec<CallOutcome> {
         let total = calls.len();
         if let Err(error) = self.check_fence() {
-            return calls.iter().map(|_| CallOutcome::Failed(error.clone())).collect();
+            return calls
+                .iter()
+                .map(|_| CallOutcome::Failed(error.clone()))
+                .collect();
         }
         let mut outcomes: Vec<Option<CallOutcome>> = (0..total).map(|_| None).collect();
         let mut groups: HashMap<String, (Client, Vec<(usize, ScriptCall)>)> = HashMap::new();
@@ -108,13 +111,17 @@ impl RedisStore {
             });
         }
         while let Some(joined) = pipelines.join_next().await {
-            let Ok((group, replies)) = joined else { continue };
+            let Ok((group, replies)) = joined else {
+                continue;
+            };
             for ((index, _), outcome) in group.into_iter().zip(replies) {
                 outcomes[index] = Some(outcome);
             }
         }
         if let Backend::Cluster(cluster) = &self.backend
-            && outcomes.iter().any(|o| matches!(o, Some(CallOutcome::NotRun)))
+            && outcomes
+                .iter()
+                .any(|o| matches!(o, Some(CallOutcome::NotRun)))
         {
             cluster.refresh_soon();
         }
@@ -124,7 +131,12 @@ impl RedisStore {
             .collect()
     }
 
-    pub(crate) fn success_call(&self, key: &str, write: SuccessWrite<'_>, times: u32) -> ScriptCall {
+    pub(crate) fn success_call(
+        &self,
+        key: &str,
+        write: SuccessWrite<'_>,
+        times: u32,
+    ) -> ScriptCall {
         ScriptCall {
             script: ScriptName::RecordSuccess,
             key: key.to_owned(),
@@ -196,7 +208,10 @@ async fn send_pipeline(
         let command = CustomCommand::new_static("EVALSHA", slot, false);
         if let Err(error) = pipeline.custom::<(), _>(command, line).await {
             let failed = StorageError::from_redis(&error, kind);
-            return group.iter().map(|_| CallOutcome::Failed(failed.clone())).collect();
+            return group
+                .iter()
+                .map(|_| CallOutcome::Failed(failed.clone()))
+                .collect();
         }
     }
     let replies = pipeline.try_all::<Value>().await;
@@ -206,7 +221,10 @@ async fn send_pipeline(
             .into_iter()
             .find_map(Result::err)
             .map_or_else(no_connection, |e| StorageError::from_redis(&e, kind));
-        return group.iter().map(|_| CallOutcome::Failed(failed.clone())).collect();
+        return group
+            .iter()
+            .map(|_| CallOutcome::Failed(failed.clone()))
+            .collect();
     }
     replies.into_iter().map(|r| outcome_of(r, kind)).collect()
 }
@@ -230,7 +248,9 @@ fn not_run(error: &Error) -> bool {
     let details = error.details();
     details.starts_with("NOSCRIPT")
         || (*error.kind() == ErrorKind::Cluster
-            && ["MOVED", "ASK", "TRYAGAIN"].iter().any(|w| details.starts_with(w)))
+            && ["MOVED", "ASK", "TRYAGAIN"]
+                .iter()
+                .any(|w| details.starts_with(w)))
 }
 
 /// record_success.lua's arguments. `times` (bulk import) is sent only when
@@ -336,4 +356,3 @@ fn foreign_value(key_kind: &'static str) -> StorageError {
         detail: "a stored value is not a whole number, or not a valid attempts list".into(),
     }
 }
-

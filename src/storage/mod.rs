@@ -19,12 +19,10 @@ mod store;
 mod timing;
 mod tls;
 
+pub(crate) use batch::{CallOutcome, ScriptCall, admit_reply, failure_reply, success_reply};
 pub use error::{ConnectError, NoAnswer, NotApplied, StorageError};
 pub use settings::{ClientCertFiles, RedisSetting, RedisSettings, Secret, TlsFiles, redact_url};
 pub use store::RedisStore;
-pub(crate) use batch::{
-    CallOutcome, ScriptCall, admit_reply, failure_reply, success_reply,
-};
 pub(crate) use store::{AdmissionRequest, SuccessWrite};
 pub use tls::{TlsError, TlsFile};
 

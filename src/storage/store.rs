@@ -24,7 +24,9 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
-use super::batch::{admit_args, admit_reply, failure_args, failure_reply, success_args, success_reply};
+use super::batch::{
+    admit_args, admit_reply, failure_args, failure_reply, success_args, success_reply,
+};
 use super::cluster::{Cluster, Node};
 use super::error::{CallKind, ConnectError, NotApplied, StorageError};
 use super::memory_watch::{NodeGuard, Watched};

@@ -26,8 +26,8 @@ use crate::domain::counts::{Outcome, Recorded};
 use crate::domain::keys::{self, CustomerKey};
 use crate::record::unix_millis;
 use crate::storage::{
-    AdmissionRequest, CallOutcome, RedisStore, ScriptCall, StorageError, SuccessWrite,
-    admit_reply, failure_reply, success_reply,
+    AdmissionRequest, CallOutcome, RedisStore, ScriptCall, StorageError, SuccessWrite, admit_reply,
+    failure_reply, success_reply,
 };
 
 /// How often one row may fail to run (NOSCRIPT, a moved slot) before the
@@ -91,7 +91,10 @@ impl Applier<'_> {
         held: &mut Vec<Pending>,
     ) -> Result<(), StorageError> {
         let mut fatal = None;
-        let calls = round.iter().map(|p| self.write_call(p, self.no_admission)).collect();
+        let calls = round
+            .iter()
+            .map(|p| self.write_call(p, self.no_admission))
+            .collect();
         let outcomes = self.store.run_batch(calls).await;
         let mut held_customers: HashSet<String> = HashSet::new();
         let mut to_admit = Vec::new();
@@ -99,7 +102,9 @@ impl Applier<'_> {
             let step = step_of(&pending, outcome);
             if held_customers.contains(pending.key.as_str()) {
                 match step {
-                    Step::Done(recorded @ (Recorded::Applied { .. } | Recorded::Duplicate { .. })) => {
+                    Step::Done(
+                        recorded @ (Recorded::Applied { .. } | Recorded::Duplicate { .. }),
+                    ) => {
                         tally.finish(&pending.row, recorded);
                     }
                     Step::Lost(error) => {

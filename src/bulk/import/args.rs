@@ -63,9 +63,10 @@ pub fn parse(args: &[String]) -> Result<ImportArgs, Option<String>> {
             "--no-admission" => no_admission = true,
             "--format" => {
                 let word = value("--format")?;
-                format = Some(Format::from_flag(&word).ok_or_else(|| {
-                    Some(format!("--format must be csv or jsonl, not `{word}`"))
-                })?);
+                format =
+                    Some(Format::from_flag(&word).ok_or_else(|| {
+                        Some(format!("--format must be csv or jsonl, not `{word}`"))
+                    })?);
             }
             "--skip" => {
                 let word = value("--skip")?;

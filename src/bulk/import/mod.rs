@@ -100,11 +100,18 @@ async fn import(args: ImportArgs, settings: Settings) -> ExitCode {
         None => (Box::new(std::io::stdin()), None),
         Some(path) => match std::fs::File::open(path) {
             Ok(file) => {
-                let size = file.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
+                let size = file
+                    .metadata()
+                    .ok()
+                    .filter(|m| m.is_file())
+                    .map(|m| m.len());
                 (Box::new(file), size)
             }
             Err(error) => {
-                eprintln!("sticky-routing import: cannot open {}: {error}", path.display());
+                eprintln!(
+                    "sticky-routing import: cannot open {}: {error}",
+                    path.display()
+                );
                 return ExitCode::from(EXIT_TROUBLE);
             }
         },
@@ -178,9 +185,17 @@ async fn import(args: ImportArgs, settings: Settings) -> ExitCode {
 /// How the rows ran out.
 enum Ended {
     Complete,
-    Interrupted { resume: u64 },
-    FileFailed { error: FileError, resume: u64 },
-    RedisFailed { error: crate::storage::StorageError, resume: u64 },
+    Interrupted {
+        resume: u64,
+    },
+    FileFailed {
+        error: FileError,
+        resume: u64,
+    },
+    RedisFailed {
+        error: crate::storage::StorageError,
+        resume: u64,
+    },
 }
 
 /// The store, connected, with its scripts loaded; or why not.

@@ -78,11 +78,19 @@ impl fmt::Display for Summary<'_> {
         let t = self.tally;
         let processed = t.rows() - t.skipped;
         let secs = self.elapsed.as_secs_f64();
-        let rate = if secs > 0.0 { processed as f64 / secs } else { 0.0 };
+        let rate = if secs > 0.0 {
+            processed as f64 / secs
+        } else {
+            0.0
+        };
         writeln!(
             f,
             "import {}: {processed} rows in {secs:.1} s ({rate:.0} rows/s)",
-            if self.dry_run { "dry run (nothing written)" } else { "done" }
+            if self.dry_run {
+                "dry run (nothing written)"
+            } else {
+                "done"
+            }
         )?;
         let mut line = |name: &str, n: u64| writeln!(f, "  {name:<28} {n:>12}");
         if self.dry_run {

@@ -74,9 +74,12 @@ fn bad_csv_rows_name_their_physical_line_and_field_never_the_customer() {
 
 #[test]
 fn a_csv_header_without_a_needed_column_stops_the_file() {
-    let input: Box<dyn Read + Send> =
-        Box::new(std::io::Cursor::new(b"merchant_id,customer_id\nm,c\n".to_vec()));
-    let error = RowReader::new(input, Format::Csv, Arc::default()).err().unwrap();
+    let input: Box<dyn Read + Send> = Box::new(std::io::Cursor::new(
+        b"merchant_id,customer_id\nm,c\n".to_vec(),
+    ));
+    let error = RowReader::new(input, Format::Csv, Arc::default())
+        .err()
+        .unwrap();
     assert!(error.to_string().contains("`payment_method`"), "{error}");
 }
 

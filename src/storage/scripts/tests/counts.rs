@@ -16,6 +16,7 @@ fn reply(outcome: CallOutcome) -> Vec<i64> {
 #[test]
 fn a_count_moves_the_stored_count_by_that_much_and_floors_at_deletion() {
     let h = Harness::new();
+    h.runtime.block_on(h.store.preload_scripts()).unwrap();
     let key = customer_key("m", "counted");
     let field = "CARD:CREDIT:stripe";
     for start in 0i64..5 {
@@ -38,16 +39,24 @@ fn a_count_moves_the_stored_count_by_that_much_and_floors_at_deletion() {
             let added = start + i64::from(times);
             assert_eq!(
                 recorded,
-                Some(Recorded::Applied { net_count: added, pruned: 0 })
+                Some(Recorded::Applied {
+                    net_count: added,
+                    pruned: 0
+                })
             );
             assert_eq!(h.hash(&key)[field], added);
 
-            let call = h.store.failure_call(key.as_str(), field, 100, None, times + 1);
+            let call = h
+                .store
+                .failure_call(key.as_str(), field, 100, None, times + 1);
             let outcome = h.runtime.block_on(h.store.run_batch(vec![call])).remove(0);
             let left = (added - i64::from(times + 1)).max(0);
             assert_eq!(
                 failure_reply(&reply(outcome)).unwrap(),
-                Recorded::Applied { net_count: left, pruned: 0 }
+                Recorded::Applied {
+                    net_count: left,
+                    pruned: 0
+                }
             );
             assert_eq!(h.hash(&key).get(field).copied().unwrap_or(0), left);
             assert!(h.ttl(&key) > 0);
@@ -58,6 +67,7 @@ fn a_count_moves_the_stored_count_by_that_much_and_floors_at_deletion() {
 #[test]
 fn a_counted_row_with_an_attempt_is_one_attempt() {
     let h = Harness::new();
+    h.runtime.block_on(h.store.preload_scripts()).unwrap();
     let key = customer_key("m", "attempted");
     let field = "CARD:CREDIT:stripe";
     let attempt = AttemptId::parse("att-1").unwrap().map(|a| a.digest());
@@ -70,15 +80,24 @@ fn a_counted_row_with_an_attempt_is_one_attempt() {
     };
     let first = h
         .runtime
-        .block_on(h.store.run_batch(vec![h.store.success_call(key.as_str(), write, 4)]))
+        .block_on(
+            h.store
+                .run_batch(vec![h.store.success_call(key.as_str(), write, 4)]),
+        )
         .remove(0);
     assert_eq!(
         success_reply(&reply(first)).unwrap(),
-        Some(Recorded::Applied { net_count: 4, pruned: 0 })
+        Some(Recorded::Applied {
+            net_count: 4,
+            pruned: 0
+        })
     );
     let again = h
         .runtime
-        .block_on(h.store.run_batch(vec![h.store.success_call(key.as_str(), write, 4)]))
+        .block_on(
+            h.store
+                .run_batch(vec![h.store.success_call(key.as_str(), write, 4)]),
+        )
         .remove(0);
     assert_eq!(
         success_reply(&reply(again)).unwrap(),
@@ -86,7 +105,13 @@ fn a_counted_row_with_an_attempt_is_one_attempt() {
     );
     let failure = h
         .runtime
-        .block_on(h.store.run_batch(vec![h.store.failure_call(key.as_str(), field, 100, attempt, 2)]))
+        .block_on(h.store.run_batch(vec![h.store.failure_call(
+            key.as_str(),
+            field,
+            100,
+            attempt,
+            2,
+        )]))
         .remove(0);
     assert_eq!(
         failure_reply(&reply(failure)).unwrap(),
