@@ -157,6 +157,7 @@ async fn import(args: ImportArgs, settings: Settings) -> ExitCode {
         tally: &run.tally,
         elapsed: started.elapsed(),
         dry_run: args.dry_run,
+        complete: matches!(ended, Ended::Complete),
     };
     print!("{summary}");
     match ended {

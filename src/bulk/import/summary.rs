@@ -71,6 +71,8 @@ pub struct Summary<'a> {
     pub tally: &'a Tally,
     pub elapsed: Duration,
     pub dry_run: bool,
+    /// Whether every row of the file was read.
+    pub complete: bool,
 }
 
 impl fmt::Display for Summary<'_> {

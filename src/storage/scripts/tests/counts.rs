@@ -6,8 +6,9 @@ use super::*;
 use crate::domain::attempts::AttemptId;
 use crate::storage::{CallOutcome, failure_reply, success_reply};
 
-fn reply(outcome: CallOutcome) -> Vec<i64> {
-    match outcome {
+/// Runs one call as a batch of one; the script's reply.
+fn run_one(h: &Harness, call: crate::storage::ScriptCall) -> Vec<i64> {
+    match h.runtime.block_on(h.store.run_batch(vec![call])).remove(0) {
         CallOutcome::Replied(reply) => reply,
         other => panic!("the script did not answer: {other:?}"),
     }
@@ -34,8 +35,8 @@ fn a_count_moves_the_stored_count_by_that_much_and_floors_at_deletion() {
                 attempt: None,
             };
             let call = h.store.success_call(key.as_str(), write, times);
-            let outcome = h.runtime.block_on(h.store.run_batch(vec![call])).remove(0);
-            let recorded = success_reply(&reply(outcome)).unwrap();
+            let outcome = run_one(&h, call);
+            let recorded = success_reply(&outcome).unwrap();
             let added = start + i64::from(times);
             assert_eq!(
                 recorded,
@@ -49,10 +50,10 @@ fn a_count_moves_the_stored_count_by_that_much_and_floors_at_deletion() {
             let call = h
                 .store
                 .failure_call(key.as_str(), field, 100, None, times + 1);
-            let outcome = h.runtime.block_on(h.store.run_batch(vec![call])).remove(0);
+            let outcome = run_one(&h, call);
             let left = (added - i64::from(times + 1)).max(0);
             assert_eq!(
-                failure_reply(&reply(outcome)).unwrap(),
+                failure_reply(&outcome).unwrap(),
                 Recorded::Applied {
                     net_count: left,
                     pruned: 0
@@ -78,43 +79,25 @@ fn a_counted_row_with_an_attempt_is_one_attempt() {
         create: true,
         attempt,
     };
-    let first = h
-        .runtime
-        .block_on(
-            h.store
-                .run_batch(vec![h.store.success_call(key.as_str(), write, 4)]),
-        )
-        .remove(0);
+    let first = run_one(&h, h.store.success_call(key.as_str(), write, 4));
     assert_eq!(
-        success_reply(&reply(first)).unwrap(),
+        success_reply(&first).unwrap(),
         Some(Recorded::Applied {
             net_count: 4,
             pruned: 0
         })
     );
-    let again = h
-        .runtime
-        .block_on(
-            h.store
-                .run_batch(vec![h.store.success_call(key.as_str(), write, 4)]),
-        )
-        .remove(0);
+    let again = run_one(&h, h.store.success_call(key.as_str(), write, 4));
     assert_eq!(
-        success_reply(&reply(again)).unwrap(),
+        success_reply(&again).unwrap(),
         Some(Recorded::Duplicate { net_count: 4 })
     );
-    let failure = h
-        .runtime
-        .block_on(h.store.run_batch(vec![h.store.failure_call(
-            key.as_str(),
-            field,
-            100,
-            attempt,
-            2,
-        )]))
-        .remove(0);
+    let failure = run_one(
+        &h,
+        h.store.failure_call(key.as_str(), field, 100, attempt, 2),
+    );
     assert_eq!(
-        failure_reply(&reply(failure)).unwrap(),
+        failure_reply(&failure).unwrap(),
         Recorded::Duplicate { net_count: 4 }
     );
     // raw: the attempts field beside it is binary.
