@@ -128,7 +128,7 @@ async fn import(args: ImportArgs, settings: Settings) -> ExitCode {
     };
     let started = Instant::now();
     let ended = if args.dry_run {
-        run.validate_only(&mut batches).await
+        run.validate_only(&mut batches, &stop).await
     } else {
         match connect(&settings).await {
             Ok((store, tasks)) => {
@@ -333,8 +333,17 @@ impl Run {
         self.progress.println(&format!("line {line}: {reason}"));
     }
 
-    async fn validate_only(&mut self, batches: &mut mpsc::Receiver<Batch>) -> Ended {
+    async fn validate_only(
+        &mut self,
+        batches: &mut mpsc::Receiver<Batch>,
+        stop: &AtomicBool,
+    ) -> Ended {
         loop {
+            if stop.load(Ordering::SeqCst) {
+                return Ended::Interrupted {
+                    resume: self.resume_point(&[]),
+                };
+            }
             while let Some((_, parsed)) = self.buffer.pop_front() {
                 match parsed {
                     Parsed::Row(_) => self.tally.valid += 1,
