@@ -88,10 +88,10 @@ impl fmt::Display for Summary<'_> {
         writeln!(
             f,
             "import {}: {processed} rows in {secs:.1} s ({rate:.0} rows/s)",
-            if self.dry_run {
-                "dry run (nothing written)"
-            } else {
-                "done"
+            match (self.dry_run, self.complete) {
+                (true, _) => "dry run (nothing written)",
+                (false, true) => "done",
+                (false, false) => "stopped early",
             }
         )?;
         let mut line = |name: &str, n: u64| writeln!(f, "  {name:<28} {n:>12}");
