@@ -1,5 +1,5 @@
 # The README's two commands: `make run` and `make test`.
-.PHONY: run test lint ci bench fuzz check-deploy deny loadtest
+.PHONY: run test lint ci bench bench-import fuzz check-deploy deny loadtest
 
 # The service against a local redis-server that it starts itself.
 run:
@@ -66,3 +66,11 @@ ifdef OVERLOAD
 else
 	target/release/sticky-bench $(BENCH_ARGS)
 endif
+
+# `sticky-routing import` against a fresh local redis-server, and its floor
+# (the same script driven by redis-benchmark); a markdown table of medians
+# (bench/README.md, "Import"). ROWS, RUNS, CUSTOMERS change the run.
+bench-import:
+	scripts/ensure-redis.sh
+	cargo build --release --locked
+	scripts/bench-import.sh

@@ -24,7 +24,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use cli::{CommandLine, from_process, parse_command_line};
+pub use cli::{CommandLine, from_process, parse_command_line, process_env};
 
 use crate::domain::Rules;
 use crate::storage::RedisSettings;

@@ -9,6 +9,9 @@
 //! - [`transport`]: thin tonic handlers that turn protobuf into domain types
 //!   and errors into `tonic::Status`.
 //!
+//! [`bulk`] holds the `import` and `export` subcommands, which reach Redis
+//! through the same store and rules.
+//!
 //! [`record`] is the RecordOutcome flow (write, admission, create) between
 //! transport and storage. [`startup`] wires everything into an
 //! [`startup::Application`] and runs it; [`config`] reads every setting once,

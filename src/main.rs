@@ -1,4 +1,5 @@
-//! The `sticky-routing` binary: parse the settings, build, serve, drain.
+//! The `sticky-routing` binary: parse the settings, build, serve, drain;
+//! or run a bulk subcommand (`import`, `export`).
 //!
 //! The runtime is built by hand, after the settings are parsed, so that its
 //! thread count is a checked setting like any other.
@@ -13,15 +14,17 @@ use sticky_routing::telemetry;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("export") {
-        return run_bulk(&args[1..]);
-    }
     let settings = match config::from_process() {
         Ok(CommandLine::Run(settings)) => settings,
         Ok(CommandLine::Exit(text)) => {
             println!("{text}");
             return ExitCode::SUCCESS;
+        }
+        Ok(CommandLine::Import(args)) => {
+            return sticky_routing::bulk::import::run(&args, &config::process_env());
+        }
+        Ok(CommandLine::Export(args)) => {
+            return sticky_routing::bulk::export::run(&args, &config::process_env());
         }
         Err(error) => {
             eprintln!("sticky-routing: {error}");
@@ -55,24 +58,6 @@ fn main() -> ExitCode {
     // Sends the spans still queued while the runtime still runs.
     drop(telemetry);
     code
-}
-
-/// `sticky-routing export …`: a command beside the server, on a runtime of
-/// its own (the server's settings decide nothing about it).
-fn run_bulk(args: &[String]) -> ExitCode {
-    let env: std::collections::HashMap<String, String> = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .collect();
-    match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime.block_on(sticky_routing::bulk::export::run(args, &env)),
-        Err(error) => {
-            eprintln!("sticky-routing: cannot start the runtime: {error}");
-            ExitCode::FAILURE
-        }
-    }
 }
 
 async fn serve(settings: config::Settings) -> ExitCode {

@@ -18,13 +18,14 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::domain::Rules;
 use crate::domain::admission::AdmissionRefusal;
 use crate::domain::attempts::AttemptId;
 use crate::domain::combo::Combo;
 use crate::domain::counts::{Outcome, Recorded};
+use crate::domain::ids::{Connector, PaymentMethod, PaymentMethodType};
 use crate::domain::ids::{CustomerId, MerchantId};
 use crate::domain::keys;
+use crate::domain::{InvalidInput, Rules};
 use crate::storage::{AdmissionRequest, NotApplied, RedisStore, StorageError, SuccessWrite};
 
 /// The most Redis calls one outcome makes: a new customer's success tries
@@ -40,6 +41,46 @@ pub struct RecordCommand {
     pub outcome: Outcome,
     /// The orchestrator's attempt id, when it sent one.
     pub attempt: Option<AttemptId>,
+}
+
+/// The text fields of one outcome as a caller sends them (a RecordOutcome
+/// request, or a row of `sticky-routing import`), before validation.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RawOutcome<'a> {
+    pub merchant_id: &'a str,
+    pub customer_id: &'a str,
+    pub payment_method: &'a str,
+    pub payment_method_type: &'a str,
+    pub connector: &'a str,
+    pub attempt_id: &'a str,
+}
+
+impl RecordCommand {
+    /// Validates `raw` field by field, in the request's declaration order,
+    /// reporting the first bad one by name; `outcome` is read in its place
+    /// (after the connector), each caller from its own spelling of it. One
+    /// function for every way in, so an import row and a request obey the
+    /// same rules.
+    pub fn parse(
+        raw: RawOutcome<'_>,
+        outcome: impl FnOnce() -> Result<Outcome, InvalidInput>,
+    ) -> Result<Self, InvalidInput> {
+        let merchant = MerchantId::parse(raw.merchant_id)?;
+        let customer = CustomerId::parse(raw.customer_id)?;
+        let method = PaymentMethod::parse(raw.payment_method)?;
+        let method_type = PaymentMethodType::parse(raw.payment_method_type)?;
+        let connector = Connector::parse(raw.connector)?;
+        let outcome = outcome()?;
+        let combo = Combo::new(&method, &method_type, &connector)?;
+        let attempt = AttemptId::parse(raw.attempt_id)?;
+        Ok(Self {
+            merchant,
+            customer,
+            combo,
+            outcome,
+            attempt,
+        })
+    }
 }
 
 /// How long a call may take when its caller sets no shorter deadline: one
@@ -123,7 +164,7 @@ fn nothing_written(error: StorageError) -> StorageError {
     }
 }
 
-fn unix_millis() -> i64 {
+pub(crate) fn unix_millis() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))

@@ -27,7 +27,8 @@ use crate::domain::ids::MerchantId;
 use crate::domain::keys::customer_key_pattern;
 use crate::storage::{HashContents, HashScanner, ScannedHash};
 use decode::{Decoded, decode_hash};
-use output::{Format, Row, RowWriter};
+use super::Format;
+use output::{Row, RowWriter};
 
 /// `export --help`, and the line the binary's own `--help` can show.
 pub const HELP: &str = "\
@@ -64,7 +65,14 @@ struct Request {
 }
 
 /// Runs the export; `args` are the arguments after `export`.
-pub async fn run(args: &[String], env: &HashMap<String, String>) -> ExitCode {
+pub fn run(args: &[String], env: &HashMap<String, String>) -> ExitCode {
+    match super::runtime() {
+        Ok(runtime) => runtime.block_on(run_on_runtime(args, env)),
+        Err(error) => fail(&format!("cannot start the runtime: {error}")),
+    }
+}
+
+async fn run_on_runtime(args: &[String], env: &HashMap<String, String>) -> ExitCode {
     let request = match parse_args(args) {
         Ok(Some(request)) => request,
         Ok(None) => {
@@ -116,7 +124,7 @@ fn parse_args(args: &[String]) -> Result<Option<Request>, String> {
             }
             "--format" => {
                 let text = value("csv or jsonl")?;
-                let parsed = Format::parse(&text)
+                let parsed = Format::from_flag(&text)
                     .ok_or_else(|| format!("--format: `{text}` is not csv or jsonl"))?;
                 format = Some(parsed);
             }
@@ -130,7 +138,7 @@ fn parse_args(args: &[String]) -> Result<Option<Request>, String> {
     let format = match (format, &path) {
         (Some(format), _) => format,
         (None, None) => Format::Csv,
-        (None, Some(file)) => Format::of_path(file).ok_or_else(|| {
+        (None, Some(file)) => Format::from_path(file).ok_or_else(|| {
             format!(
                 "cannot tell the format from `{}`: name it .csv, .jsonl or .ndjson, or give --format",
                 file.display()

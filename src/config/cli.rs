@@ -1,4 +1,5 @@
-//! The command line: `[--config FILE] | --help | --version`.
+//! The command line: `[--config FILE] | --help | --version`, or a bulk
+//! subcommand (`import ...`, `export ...`) that reads its own arguments.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -12,13 +13,19 @@ pub enum CommandLine {
     Run(Box<Settings>),
     /// Print this text (`--help`, `--version`) and exit 0.
     Exit(String),
+    /// `sticky-routing import ARGS` (`crate::bulk::import`).
+    Import(Vec<String>),
+    /// `sticky-routing export ARGS` (`crate::bulk::export`).
+    Export(Vec<String>),
 }
 
 /// `--help`: the usage line, then every setting from its declaration.
 fn usage() -> String {
     let mut text = String::from(
         "sticky-routing: sticky connector routing over gRPC, state in Redis\n\n\
-         usage: sticky-routing [--config FILE]\n\n\
+         usage: sticky-routing [--config FILE]           serve gRPC\n\
+         \x20      sticky-routing import [OPTIONS] FILE|-  apply historical outcomes (--help)\n\
+         \x20      sticky-routing export [OPTIONS] [FILE]  write every habit as rows (--help)\n\n\
          Settings come from built-in defaults, then the TOML file (--config FILE or\n\
          STICKY_ROUTING_CONFIG), then these environment variables:\n",
     );
@@ -43,10 +50,15 @@ fn usage() -> String {
 /// Reads the process's arguments and environment.
 pub fn from_process() -> Result<CommandLine, ConfigError> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let env: HashMap<String, String> = std::env::vars_os()
+    parse_command_line(&args, &process_env())
+}
+
+/// The process's environment, as settings read it (names and values that
+/// are not UTF-8 are left out).
+pub fn process_env() -> HashMap<String, String> {
+    std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .collect();
-    parse_command_line(&args, &env)
+        .collect()
 }
 
 /// Parses the arguments and loads the settings.
@@ -55,6 +67,11 @@ pub fn parse_command_line(
     env: &HashMap<String, String>,
 ) -> Result<CommandLine, ConfigError> {
     let usage_error = |problem: String| ConfigError::new(vec![problem]);
+    match args.first().map(String::as_str) {
+        Some("import") => return Ok(CommandLine::Import(args[1..].to_vec())),
+        Some("export") => return Ok(CommandLine::Export(args[1..].to_vec())),
+        _ => {}
+    }
     let mut config_file = None;
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {

@@ -14,6 +14,21 @@ pub enum Outcome {
     GatewayFailure,
 }
 
+impl Outcome {
+    /// The outcome a bulk import row names: `success` or `gateway_failure`
+    /// (surrounding blanks and case ignored).
+    pub fn from_word(word: &str) -> Option<Self> {
+        let word = word.trim();
+        if word.eq_ignore_ascii_case("success") {
+            Some(Self::Success)
+        } else if word.eq_ignore_ascii_case("gateway_failure") {
+            Some(Self::GatewayFailure)
+        } else {
+            None
+        }
+    }
+}
+
 /// What RecordOutcome did, as reported to the caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Recorded {

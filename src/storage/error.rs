@@ -35,7 +35,7 @@ pub enum ConnectError {
     Sentinel(#[source] Error),
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StorageError {
     /// Nothing was applied: retrying is safe.
     #[error("nothing applied ({why:?}): {detail}")]

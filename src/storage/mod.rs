@@ -8,6 +8,7 @@
 //! the caller's back (a lost reply after HINCRBY would otherwise count
 //! twice), and every call has a timeout no longer than the caller's deadline.
 
+mod batch;
 mod cluster;
 mod error;
 mod memory_watch;
@@ -19,6 +20,7 @@ mod store;
 mod timing;
 mod tls;
 
+pub(crate) use batch::{CallOutcome, ScriptCall, admit_reply, failure_reply, success_reply};
 pub use error::{ConnectError, NoAnswer, NotApplied, StorageError};
 pub use scan::{HashContents, HashScanner, ScanError, ScannedHash};
 pub use settings::{ClientCertFiles, RedisSetting, RedisSettings, Secret, TlsFiles, redact_url};

@@ -73,6 +73,11 @@ impl LuaScript {
 }
 
 impl LuaScript {
+    /// The script's SHA1, as EVALSHA takes it.
+    pub fn sha1(&self) -> &str {
+        self.script.sha1()
+    }
+
     /// Caches the script on the server (SCRIPT LOAD), so the first call does
     /// not pay the NOSCRIPT round trip.
     pub async fn load(&self, client: &Client) -> Result<(), Error> {

@@ -24,6 +24,9 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
+use super::batch::{
+    admit_args, admit_reply, failure_args, failure_reply, success_args, success_reply,
+};
 use super::cluster::{Cluster, Node};
 use super::error::{CallKind, ConnectError, NotApplied, StorageError};
 use super::memory_watch::{NodeGuard, Watched};
@@ -31,7 +34,7 @@ use super::scripts::{LuaScript, Scripts};
 use super::sentinel_watch::SentinelWatch;
 use super::settings::RedisSettings;
 use super::timing::{Timed, timed};
-use crate::domain::admission::{Decision, WindowCounters};
+use crate::domain::admission::Decision;
 use crate::domain::attempts::{self, AttemptDigest};
 use crate::domain::combo::Combo;
 use crate::domain::counts::Recorded;
@@ -46,9 +49,9 @@ pub(super) const CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
 /// The Redis-backed store. Cheap to clone: clones share the pool.
 #[derive(Clone)]
 pub struct RedisStore {
-    backend: Backend,
-    scripts: Arc<Scripts>,
-    command_timeout: Duration,
+    pub(super) backend: Backend,
+    pub(super) scripts: Arc<Scripts>,
+    pub(super) command_timeout: Duration,
     /// Stops the store's background tasks: cancelled by [`Self::quit`], or
     /// when the last clone is dropped.
     stop: CancellationToken,
@@ -64,7 +67,7 @@ pub struct RedisStore {
 
 /// Where calls go.
 #[derive(Clone)]
-enum Backend {
+pub(super) enum Backend {
     /// One node, or the primary behind Sentinel: one fred pool, and nothing
     /// between a call and it.
     Single {
@@ -456,28 +459,11 @@ impl RedisStore {
         write: SuccessWrite<'_>,
         deadline: Instant,
     ) -> Result<Option<Recorded>, StorageError> {
-        let args = vec![
-            Value::from(write.field),
-            Value::from(write.ttl_secs.to_string()),
-            Value::from(write.cap.to_string()),
-            Value::from(if write.create { "1" } else { "0" }),
-            attempt_arg(write.attempt),
-        ];
+        let args = success_args(write, None);
         let reply = self
             .run_script(&self.scripts.record_success, key, args, deadline)
             .await?;
-        match reply[..] {
-            [0, _, _] => Ok(None),
-            [1, net_count, pruned] => Ok(Some(Recorded::Applied {
-                net_count,
-                pruned: u32::try_from(pruned).unwrap_or(u32::MAX),
-            })),
-            [2, net_count, _] => Ok(Some(Recorded::Duplicate { net_count })),
-            [-1, _, _] => Err(foreign_value("the customer's hash")),
-            _ => Err(StorageError::Unexpected(format!(
-                "record_success replied {reply:?}"
-            ))),
-        }
+        success_reply(&reply)
     }
 
     /// Runs record_failure.lua: decrement, floor at 0, delete at 0, never
@@ -490,26 +476,11 @@ impl RedisStore {
         attempt: Option<AttemptDigest>,
         deadline: Instant,
     ) -> Result<Recorded, StorageError> {
-        let args = vec![
-            Value::from(combo.field()),
-            Value::from(ttl_secs.to_string()),
-            attempt_arg(attempt),
-        ];
+        let args = failure_args(combo.field(), ttl_secs, attempt, None);
         let reply = self
             .run_script(&self.scripts.record_failure, key, args, deadline)
             .await?;
-        match reply[..] {
-            [0, _] => Ok(Recorded::IgnoredNoHabit),
-            [1, net_count] => Ok(Recorded::Applied {
-                net_count,
-                pruned: 0,
-            }),
-            [2, net_count] => Ok(Recorded::Duplicate { net_count }),
-            [-1, _] => Err(foreign_value("the customer's hash")),
-            _ => Err(StorageError::Unexpected(format!(
-                "record_failure replied {reply:?}"
-            ))),
-        }
+        failure_reply(&reply)
     }
 
     /// Runs admit.lua against a merchant's admission key.
@@ -519,28 +490,10 @@ impl RedisStore {
         request: AdmissionRequest,
         deadline: Instant,
     ) -> Result<Decision, StorageError> {
-        let args = vec![
-            Value::from(request.now_ms.to_string()),
-            Value::from(request.window_ms.to_string()),
-            Value::from(request.budget.to_string()),
-        ];
         let reply = self
-            .run_script(&self.scripts.admit, key, args, deadline)
+            .run_script(&self.scripts.admit, key, admit_args(request), deadline)
             .await?;
-        match reply[..] {
-            [admitted @ (0 | 1), window, current, previous] if current >= 0 && previous >= 0 => {
-                Ok(Decision {
-                    admitted: admitted == 1,
-                    counters: WindowCounters {
-                        window,
-                        current: current as u64,
-                        previous: previous as u64,
-                    },
-                })
-            }
-            [-1, ..] => Err(foreign_value("the merchant's admission key")),
-            _ => Err(StorageError::Unexpected(format!("admit replied {reply:?}"))),
-        }
+        admit_reply(&reply)
     }
 
     /// Runs one of the scripts; they all write, and all reply with a list
@@ -657,7 +610,7 @@ impl RedisStore {
 
     /// Refuses a write while a Sentinel failover is under way; a refusal is
     /// a failed call on `/metrics` (kind `failover`).
-    fn check_fence(&self) -> Result<(), StorageError> {
+    pub(super) fn check_fence(&self) -> Result<(), StorageError> {
         if self
             .sentinel_watch
             .as_ref()
@@ -803,21 +756,6 @@ fn on_primary(node: &Node, error: StorageError) -> StorageError {
             why: NotApplied::ReadFailed,
             detail: format!("primary {}: {other}", node.server),
         },
-    }
-}
-
-/// The script argument for an optional attempt: its digest, or empty.
-fn attempt_arg(attempt: Option<AttemptDigest>) -> Value {
-    attempt.map_or_else(
-        || Value::from(""),
-        |digest| Value::Bytes(digest.0.to_vec().into()),
-    )
-}
-
-fn foreign_value(key_kind: &'static str) -> StorageError {
-    StorageError::ForeignValue {
-        key_kind,
-        detail: "a stored value is not a whole number, or not a valid attempts list".into(),
     }
 }
 

@@ -6,13 +6,12 @@ use std::collections::HashMap;
 
 use super::pb;
 use crate::domain::InvalidInput;
-use crate::domain::attempts::AttemptId;
-use crate::domain::combo::{Combo, MethodPrefix};
+use crate::domain::combo::MethodPrefix;
 use crate::domain::counts::{Outcome, Recorded};
 use crate::domain::habits::Habit;
 use crate::domain::ids::{Connector, CustomerId, MerchantId, PaymentMethod, PaymentMethodType};
 use crate::domain::pin::{Candidate, PinChoice, PinQuery, ScoreRatio, Veto};
-use crate::record::RecordCommand;
+use crate::record::{RawOutcome, RecordCommand};
 
 /// The most connectors a GetPin may list.
 pub const MAX_ELIGIBLE_CONNECTORS: usize = 64;
@@ -20,37 +19,28 @@ pub const MAX_ELIGIBLE_CONNECTORS: usize = 64;
 pub const MAX_CONNECTOR_SCORES: usize = 64;
 
 pub fn record_command(req: &pb::RecordOutcomeRequest) -> Result<RecordCommand, InvalidInput> {
-    let (merchant, customer) = customer_ref(&req.merchant_id, &req.customer_id)?;
-    let method = PaymentMethod::parse(&req.payment_method)?;
-    let method_type = PaymentMethodType::parse(&req.payment_method_type)?;
-    let connector = Connector::parse(&req.connector)?;
-    let outcome = match pb::Outcome::try_from(req.outcome) {
-        Ok(pb::Outcome::Success) => Outcome::Success,
-        Ok(pb::Outcome::GatewayFailure) => Outcome::GatewayFailure,
-        Ok(pb::Outcome::Unspecified) => {
-            return Err(InvalidInput::new(
-                "outcome",
-                "must be OUTCOME_SUCCESS or OUTCOME_GATEWAY_FAILURE, not OUTCOME_UNSPECIFIED",
-            ));
-        }
-        Err(_) => {
-            return Err(InvalidInput::new(
-                "outcome",
-                format!(
-                    "unknown value {}; must be OUTCOME_SUCCESS or OUTCOME_GATEWAY_FAILURE",
-                    req.outcome
-                ),
-            ));
-        }
+    let raw = RawOutcome {
+        merchant_id: &req.merchant_id,
+        customer_id: &req.customer_id,
+        payment_method: &req.payment_method,
+        payment_method_type: &req.payment_method_type,
+        connector: &req.connector,
+        attempt_id: &req.attempt_id,
     };
-    let combo = Combo::new(&method, &method_type, &connector)?;
-    let attempt = AttemptId::parse(&req.attempt_id)?;
-    Ok(RecordCommand {
-        merchant,
-        customer,
-        combo,
-        outcome,
-        attempt,
+    RecordCommand::parse(raw, || match pb::Outcome::try_from(req.outcome) {
+        Ok(pb::Outcome::Success) => Ok(Outcome::Success),
+        Ok(pb::Outcome::GatewayFailure) => Ok(Outcome::GatewayFailure),
+        Ok(pb::Outcome::Unspecified) => Err(InvalidInput::new(
+            "outcome",
+            "must be OUTCOME_SUCCESS or OUTCOME_GATEWAY_FAILURE, not OUTCOME_UNSPECIFIED",
+        )),
+        Err(_) => Err(InvalidInput::new(
+            "outcome",
+            format!(
+                "unknown value {}; must be OUTCOME_SUCCESS or OUTCOME_GATEWAY_FAILURE",
+                req.outcome
+            ),
+        )),
     })
 }
 

@@ -22,6 +22,7 @@ mod habits;
 mod health;
 mod health_veto;
 mod helpers;
+mod import;
 mod least_privilege;
 mod load;
 mod loadtest_recipes;

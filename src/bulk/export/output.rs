@@ -18,41 +18,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::decode::Habit;
-
-/// The row formats import reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    Csv,
-    Jsonl,
-}
-
-impl Format {
-    /// `--format`'s value.
-    pub fn parse(text: &str) -> Option<Self> {
-        match text {
-            "csv" => Some(Self::Csv),
-            "jsonl" | "ndjson" => Some(Self::Jsonl),
-            _ => None,
-        }
-    }
-
-    /// The format a file name implies: `.csv`; `.jsonl` or `.ndjson`.
-    pub fn of_path(path: &Path) -> Option<Self> {
-        let extension = path.extension()?.to_str()?.to_ascii_lowercase();
-        Self::parse(&extension)
-    }
-}
-
-/// The CSV header, in the order of [`Row`]'s fields.
-pub const HEADER: [&str; 7] = [
-    "merchant_id",
-    "customer_id",
-    "payment_method",
-    "payment_method_type",
-    "connector",
-    "outcome",
-    "count",
-];
+use crate::bulk::{COLUMNS, COUNT_COLUMN, Format};
 
 /// One exported habit.
 #[derive(Debug, Serialize)]
@@ -119,7 +85,7 @@ impl RowWriter {
                 let mut csv = csv::WriterBuilder::new()
                     .has_headers(false)
                     .from_writer(out);
-                csv.write_record(HEADER).map_err(io::Error::other)?;
+                csv.write_record(COLUMNS.iter().chain([&COUNT_COLUMN])).map_err(io::Error::other)?;
                 Sink::Csv(Box::new(csv))
             }
             Format::Jsonl => Sink::Jsonl(out),

@@ -11,6 +11,8 @@
 -- KEYS[1]  the customer hash
 -- ARGV[1]  the combo field        ARGV[2]  the key TTL in seconds
 -- ARGV[3]  the attempt's 8-byte digest, or '' for none
+-- ARGV[4]  optional: how many failures the call stands for (bulk import);
+--          absent means 1, so RecordOutcome's calls are unchanged
 -- Returns {code, net count}, where code is
 --   1  applied;
 --   0  no such habit;
@@ -21,6 +23,7 @@
 -- (attempts.lua comes first: ATTEMPTS, is_count, is_attempts, remembers,
 -- remember.)
 local key, field, attempt = KEYS[1], ARGV[1], ARGV[3]
+local times = tonumber(ARGV[4] or '1')
 
 local stored = redis.call('HMGET', key, ATTEMPTS, field)
 local attempts, current = stored[1], stored[2]
@@ -38,10 +41,10 @@ if not current then
 end
 
 local count = 0
-if tonumber(current) <= 1 then
+if tonumber(current) <= times then
   redis.call('HDEL', key, field)
 else
-  count = redis.call('HINCRBY', key, field, -1)
+  count = redis.call('HINCRBY', key, field, -times)
 end
 if attempts and redis.call('HLEN', key) == 1 then
   -- The last combo went: the hash goes, and its attempts with it.

@@ -13,6 +13,8 @@
 -- ARGV[3]  the combo cap          ARGV[4]  '1' when the customer was admitted
 --                                          (create the hash if absent)
 -- ARGV[5]  the attempt's 8-byte digest, or '' for none
+-- ARGV[6]  optional: how many successes the call stands for (bulk import);
+--          absent means 1, so RecordOutcome's calls are unchanged
 -- Returns {code, net count, pruned}, where code is
 --   1  applied;
 --   0  the hash does not exist and the customer must pass admission first;
@@ -23,6 +25,7 @@
 -- (attempts.lua comes first: ATTEMPTS, is_count, is_attempts, remembers,
 -- remember.)
 local key, field, ttl, cap, attempt = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[5]
+local times = tonumber(ARGV[6] or '1')
 
 local stored = redis.call('HMGET', key, ATTEMPTS, field)
 local attempts, current = stored[1], stored[2]
@@ -78,11 +81,11 @@ end
 
 local count
 if attempt == '' then
-  count = redis.call('HINCRBY', key, field, 1)
+  count = redis.call('HINCRBY', key, field, times)
 else
   -- The count and the attempt in one command: the count was read (and
   -- checked to be a whole number) above.
-  count = (tonumber(current) or 0) + 1
+  count = (tonumber(current) or 0) + times
   redis.call('HSET', key, field, string.format('%d', count), ATTEMPTS, remember(attempts, attempt))
 end
 for i = 1, #victims do

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# `make bench-import`: the release binary's `sticky-routing import` against a
+# fresh local redis-server, and the floor: the same write script driven by
+# redis-benchmark (EVALSHA, 64 pipelined, random customers). Prints a
+# markdown table of medians (bench/README.md, "Import").
+#
+# ROWS (300000), RUNS (5), CUSTOMERS (50000) change the run.
+set -euo pipefail
+ROWS=${ROWS:-300000}
+RUNS=${RUNS:-5}
+CUSTOMERS=${CUSTOMERS:-50000}
+BIN=${BIN:-target/release/sticky-routing}
+work=$(mktemp -d)
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+redis-server --port "$port" --save '' --appendonly no --dir "$work" >"$work/redis.log" 2>&1 &
+redis_pid=$!
+trap 'kill $redis_pid 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+python3 bench/import/gen_rows.py "$ROWS" --customers "$CUSTOMERS" >"$work/rows.csv"
+export STICKY_ROUTING_REDIS_URL="redis://127.0.0.1:$port"
+
+median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+
+# One import into an empty Redis; prints rows/s over the whole run (start-up
+# and connection included).
+import_rate() {
+  redis-cli -p "$port" flushall >/dev/null
+  local start end
+  start=$(date +%s.%N)
+  "$BIN" import "$@" "$work/rows.csv" >"$work/out" 2>"$work/err" || {
+    cat "$work/err" >&2; exit 1; }
+  end=$(date +%s.%N)
+  awk -v n="$ROWS" -v s="$start" -v e="$end" 'BEGIN {printf "%.0f\n", n / (e - s)}'
+}
+
+declare -A result
+for mode in admission no-admission; do
+  flag=""; [ "$mode" = no-admission ] && flag=--no-admission
+  rates=$(for _ in $(seq "$RUNS"); do import_rate $flag; done)
+  result[$mode]=$(echo "$rates" | median)
+  echo "import ($mode): $(echo $rates)" >&2
+done
+
+# The floor: record_success.lua alone, as fast as redis-benchmark can send
+# it, creating and incrementing hashes of random customers.
+sha=$(redis-cli -p "$port" script load "$(cat src/storage/scripts/attempts.lua src/storage/scripts/record_success.lua)")
+floor_rates=$(for _ in $(seq "$RUNS"); do
+  redis-cli -p "$port" flushall >/dev/null
+  redis-benchmark -p "$port" -P 64 -n "$ROWS" -r "$CUSTOMERS" -q \
+    evalsha "$sha" 1 sticky_gw_m1_cus___rand_int__ CARD:CREDIT:stripe 7776000 30 1 "" 3 \
+    | tr '\r' '\n' | awk '/requests per second/ {for (i=1;i<=NF;i++) if ($(i+1) ~ /^requests/) print int($i)}' | tail -1
+done)
+floor=$(echo "$floor_rates" | median)
+echo "floor: $(echo $floor_rates)" >&2
+
+echo "| ${ROWS} rows, ${CUSTOMERS} customers, median of ${RUNS} | rows/s | of the floor |"
+echo "|---|---:|---:|"
+echo "| floor: redis-benchmark -P 64, EVALSHA record_success | $floor | 100 % |"
+for mode in admission no-admission; do
+  label="import"; [ "$mode" = no-admission ] && label="import --no-admission"
+  echo "| $label (cold start: every customer new) | ${result[$mode]} | $(awk -v a="${result[$mode]}" -v b="$floor" 'BEGIN {printf "%.0f %%", 100*a/b}') |"
+done

@@ -1,0 +1,145 @@
+//! `sticky-routing import`'s command line.
+
+use std::path::PathBuf;
+
+use crate::bulk::Format;
+
+pub const USAGE: &str = "\
+usage: sticky-routing import [--format csv|jsonl] [--dry-run] [--no-admission]
+                             [--skip N] [--config FILE] FILE|-
+
+Applies historical outcomes, one per row, through the same validation, rules,
+scripts and admission as RecordOutcome, in file order per customer.
+Columns: merchant_id, customer_id, payment_method, payment_method_type,
+connector, outcome (success|gateway_failure), optional count (1..=1000000000,
+empty: 1) and attempt_id. CSV has a header line; JSONL one object per line.
+
+  --format csv|jsonl  needed for stdin (-) and names other than .csv/.jsonl/.ndjson
+  --dry-run           validate only; connects to nothing, writes nothing
+  --no-admission      create new customers without asking the admission budget
+                      or the memory guard
+  --skip N            skip the first N data rows (resume after a stop)
+  --config FILE       the service's settings file (else STICKY_ROUTING_CONFIG)
+
+Exit: 0 every row applied or intentionally not applied (ignored_no_habit,
+not_admitted, duplicate); 1 some row was bad or not applied; 2 usage, file or
+Redis error; 130 interrupted. After a stop it prints `resume with --skip N`.";
+
+/// What the command line asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportArgs {
+    pub format: Format,
+    /// `None`: stdin.
+    pub file: Option<PathBuf>,
+    pub dry_run: bool,
+    pub no_admission: bool,
+    pub skip: u64,
+    pub config_file: Option<PathBuf>,
+}
+
+/// `Err(None)`: `--help`; `Err(Some(problem))`: a usage error.
+pub fn parse(args: &[String]) -> Result<ImportArgs, Option<String>> {
+    let mut format = None;
+    let mut file = None;
+    let mut dry_run = false;
+    let mut no_admission = false;
+    let mut skip = 0;
+    let mut config_file = None;
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((flag, value)) if flag.starts_with("--") => (flag, Some(value.to_owned())),
+            _ => (arg.as_str(), None),
+        };
+        let mut value = |name: &str| {
+            inline
+                .clone()
+                .or_else(|| rest.next().cloned())
+                .ok_or_else(|| Some(format!("{name} needs a value")))
+        };
+        match flag {
+            "-h" | "--help" => return Err(None),
+            "--dry-run" => dry_run = true,
+            "--no-admission" => no_admission = true,
+            "--format" => {
+                let word = value("--format")?;
+                format =
+                    Some(Format::from_flag(&word).ok_or_else(|| {
+                        Some(format!("--format must be csv or jsonl, not `{word}`"))
+                    })?);
+            }
+            "--skip" => {
+                let word = value("--skip")?;
+                skip = word.parse().map_err(|_| {
+                    Some(format!("--skip needs a whole number of rows, not `{word}`"))
+                })?;
+            }
+            "--config" => config_file = Some(PathBuf::from(value("--config")?)),
+            "-" if file.is_none() => file = Some(None),
+            other if other.starts_with('-') => {
+                return Err(Some(format!("unknown option `{other}`")));
+            }
+            path if file.is_none() => file = Some(Some(PathBuf::from(path))),
+            extra => return Err(Some(format!("one FILE only; `{extra}` is one too many"))),
+        }
+    }
+    let file = file.ok_or_else(|| Some("a FILE (or - for stdin) is needed".to_owned()))?;
+    let format = match (format, &file) {
+        (Some(format), _) => format,
+        (None, Some(path)) => Format::from_path(path).ok_or_else(|| {
+            Some(format!(
+                "cannot tell the format of `{}` from its name; give --format csv|jsonl",
+                path.display()
+            ))
+        })?,
+        (None, None) => return Err(Some("stdin (-) needs --format csv|jsonl".to_owned())),
+    };
+    Ok(ImportArgs {
+        format,
+        file,
+        dry_run,
+        no_admission,
+        skip,
+        config_file,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_words(words: &str) -> Result<ImportArgs, Option<String>> {
+        let args: Vec<String> = words.split_whitespace().map(str::to_owned).collect();
+        parse(&args)
+    }
+
+    #[test]
+    fn flags_and_the_file_are_read() {
+        let args = parse_words("--dry-run --skip 12 --no-admission rows.csv").unwrap();
+        assert_eq!(args.format, Format::Csv);
+        assert_eq!(args.file, Some(PathBuf::from("rows.csv")));
+        assert!(args.dry_run && args.no_admission);
+        assert_eq!(args.skip, 12);
+        let args = parse_words("--format=jsonl --config s.toml -").unwrap();
+        assert_eq!((args.format, args.file), (Format::Jsonl, None));
+        assert_eq!(args.config_file, Some(PathBuf::from("s.toml")));
+    }
+
+    #[test]
+    fn usage_errors_say_what_is_wrong() {
+        for (words, says) in [
+            ("-", "stdin (-) needs --format"),
+            ("rows.txt", "cannot tell the format"),
+            ("--format xml rows.csv", "--format must be csv or jsonl"),
+            ("--skip -3 rows.csv", "--skip needs a whole number"),
+            ("--skip", "--skip needs a value"),
+            ("", "a FILE"),
+            ("a.csv b.csv", "one too many"),
+            ("--frobnicate a.csv", "unknown option"),
+        ] {
+            let problem = parse_words(words).unwrap_err().unwrap();
+            assert!(problem.contains(says), "{words}: {problem}");
+        }
+        assert_eq!(parse_words("--help"), Err(None));
+    }
+}

@@ -1,0 +1,426 @@
+//! `sticky-routing import`: historical outcomes from a CSV or JSONL file,
+//! applied through RecordOutcome's validation, rules, scripts and admission.
+//!
+//! A reader thread parses the file while rounds of rows are applied
+//! ([`apply`]), so parsing overlaps with Redis. Rows are numbered among the
+//! file's data rows; "resume with --skip N" is printed whenever the import
+//! stops early, N being a row count such that every row before it is
+//! finished (applied, or reported) and none after it was applied: a stop
+//! (Ctrl-C, SIGTERM) first finishes the rows already read.
+//!
+//! A Redis error that leaves rows unanswered (a timeout, a lost connection)
+//! stops the import with exit code 2. Those rows may or may not have been
+//! applied, so the N printed is the first of them: resuming sends them
+//! again, which applies them twice only if they carry no `attempt_id`. The
+//! message says so.
+
+mod apply;
+mod args;
+mod progress;
+mod rows;
+mod summary;
+
+use std::collections::{HashMap, VecDeque};
+use std::io::Read;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio_util::task::TaskTracker;
+
+use crate::config::Settings;
+use crate::storage::{RedisStore, redact_url};
+use crate::telemetry::Metrics;
+use apply::{Applier, Pending};
+use args::ImportArgs;
+use progress::Progress;
+use rows::{FileError, Parsed, RowReader};
+use summary::{Summary, Tally};
+
+/// Rows per round: a few thousand per connection make a round trip's cost
+/// small against the scripts' own time (bench/README.md, "Import").
+const ROUND_ROWS: usize = 8192;
+/// Rows the reader hands over at once.
+const CHUNK_ROWS: usize = 1024;
+/// One batch is one Redis call of thousands of scripts: it gets at least
+/// this long, whatever the service's per-call timeout.
+const BATCH_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the import waits for Redis before giving up (exit 2).
+const CONNECT_WAIT: Duration = Duration::from_secs(5);
+
+const EXIT_BAD_ROWS: u8 = 1;
+const EXIT_TROUBLE: u8 = 2;
+const EXIT_INTERRUPTED: u8 = 130;
+
+/// Runs `sticky-routing import ARGS` with the process environment `env`.
+pub fn run(args: &[String], env: &HashMap<String, String>) -> ExitCode {
+    let args = match args::parse(args) {
+        Ok(args) => args,
+        Err(None) => {
+            println!("{}", args::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Err(Some(problem)) => {
+            eprintln!("sticky-routing import: {problem}\n(see sticky-routing import --help)");
+            return ExitCode::from(EXIT_TROUBLE);
+        }
+    };
+    let settings = match Settings::load(args.config_file.as_deref(), env) {
+        Ok(settings) => settings,
+        Err(error) => {
+            eprintln!("sticky-routing import: {error}");
+            return ExitCode::from(EXIT_TROUBLE);
+        }
+    };
+    match crate::bulk::runtime() {
+        Ok(runtime) => {
+            let code = runtime.block_on(import(args, settings));
+            // The reader thread may be blocked on stdin: do not wait for it.
+            runtime.shutdown_background();
+            code
+        }
+        Err(error) => {
+            eprintln!("sticky-routing import: cannot start the runtime: {error}");
+            ExitCode::from(EXIT_TROUBLE)
+        }
+    }
+}
+
+/// What the reader thread hands over.
+enum Batch {
+    Rows(Vec<(u64, Parsed)>),
+    Skipped(u64),
+    Failed(FileError),
+}
+
+async fn import(args: ImportArgs, settings: Settings) -> ExitCode {
+    let (input, size): (Box<dyn Read + Send>, Option<u64>) = match &args.file {
+        None => (Box::new(std::io::stdin()), None),
+        Some(path) => match std::fs::File::open(path) {
+            Ok(file) => {
+                let size = file
+                    .metadata()
+                    .ok()
+                    .filter(|m| m.is_file())
+                    .map(|m| m.len());
+                (Box::new(file), size)
+            }
+            Err(error) => {
+                eprintln!(
+                    "sticky-routing import: cannot open {}: {error}",
+                    path.display()
+                );
+                return ExitCode::from(EXIT_TROUBLE);
+            }
+        },
+    };
+    let bytes = Arc::new(AtomicU64::new(0));
+    let mut batches = spawn_reader(input, args.format, args.skip, bytes.clone());
+    let stop = watch_signals();
+    let mut run = Run {
+        tally: Tally::default(),
+        progress: Progress::new(size, bytes),
+        buffer: VecDeque::new(),
+        received: 0,
+        reader_done: false,
+    };
+    let started = Instant::now();
+    let ended = if args.dry_run {
+        run.validate_only(&mut batches, &stop).await
+    } else {
+        match connect(&settings).await {
+            Ok((store, tasks)) => {
+                if !args.no_admission {
+                    store.guard_admission_memory(settings.rules.admission_memory_limit, &tasks);
+                }
+                let applier = Applier {
+                    store: &store,
+                    rules: &settings.rules,
+                    no_admission: args.no_admission,
+                };
+                let ended = run.apply_all(&applier, &mut batches, &stop).await;
+                store.quit().await;
+                tasks.close();
+                ended
+            }
+            Err(problem) => {
+                run.progress.finish();
+                eprintln!("sticky-routing import: {problem}");
+                return ExitCode::from(EXIT_TROUBLE);
+            }
+        }
+    };
+    run.progress.finish();
+    let summary = Summary {
+        tally: &run.tally,
+        elapsed: started.elapsed(),
+        dry_run: args.dry_run,
+        complete: matches!(ended, Ended::Complete),
+    };
+    print!("{summary}");
+    match ended {
+        Ended::Complete if run.tally.any_bad() => ExitCode::from(EXIT_BAD_ROWS),
+        Ended::Complete => ExitCode::SUCCESS,
+        Ended::Interrupted { resume } => {
+            eprintln!("sticky-routing import: interrupted; resume with --skip {resume}");
+            ExitCode::from(EXIT_INTERRUPTED)
+        }
+        Ended::FileFailed { error, resume } => {
+            eprintln!("sticky-routing import: {error}; resume with --skip {resume}");
+            ExitCode::from(EXIT_TROUBLE)
+        }
+        Ended::RedisFailed { error, resume } => {
+            eprintln!(
+                "sticky-routing import: stopped, Redis failed: {error}\n\
+                 resume with --skip {resume}\n\
+                 (rows from there on that were in flight may have been applied; \
+                 rows with an attempt_id are never applied twice)"
+            );
+            ExitCode::from(EXIT_TROUBLE)
+        }
+    }
+}
+
+/// How the rows ran out.
+enum Ended {
+    Complete,
+    Interrupted {
+        resume: u64,
+    },
+    FileFailed {
+        error: FileError,
+        resume: u64,
+    },
+    RedisFailed {
+        error: crate::storage::StorageError,
+        resume: u64,
+    },
+}
+
+/// The store, connected, with its scripts loaded; or why not.
+async fn connect(settings: &Settings) -> Result<(RedisStore, TaskTracker), String> {
+    let mut redis = settings.redis.clone();
+    redis.command_timeout = redis.command_timeout.max(BATCH_TIMEOUT);
+    let metrics = Metrics::new().map_err(|e| format!("cannot set up metrics: {e}"))?;
+    let tasks = TaskTracker::new();
+    let store = RedisStore::connect(&redis, &tasks, Arc::new(metrics))
+        .map_err(|e| format!("cannot connect to Redis: {e}"))?;
+    let cannot = |why: String| {
+        format!(
+            "cannot reach Redis at {}: {why}",
+            redact_url(&settings.redis.url)
+        )
+    };
+    if !store.wait_connected(CONNECT_WAIT).await {
+        let why = store
+            .connection_problem()
+            .unwrap_or_else(|| format!("no connection within {CONNECT_WAIT:?}"));
+        store.quit().await;
+        return Err(cannot(why));
+    }
+    if let Err(error) = store.preload_scripts().await {
+        store.quit().await;
+        return Err(cannot(format!("loading the scripts failed: {error}")));
+    }
+    Ok((store, tasks))
+}
+
+/// Reads the file on its own thread (it may block on stdin), handing over
+/// chunks of numbered rows. `skip` rows are counted, not validated.
+fn spawn_reader(
+    input: Box<dyn Read + Send>,
+    format: crate::bulk::Format,
+    skip: u64,
+    bytes: Arc<AtomicU64>,
+) -> mpsc::Receiver<Batch> {
+    let (sender, receiver) = mpsc::channel(8);
+    std::thread::spawn(move || {
+        let mut reader = match RowReader::new(input, format, bytes) {
+            Ok(reader) => reader,
+            Err(error) => {
+                let _ = sender.blocking_send(Batch::Failed(error));
+                return;
+            }
+        };
+        let mut index = 0;
+        let mut chunk = Vec::with_capacity(CHUNK_ROWS);
+        while let Some(next) = reader.next_row() {
+            match next {
+                Ok(_) if index < skip => {
+                    index += 1;
+                    if index == skip && sender.blocking_send(Batch::Skipped(skip)).is_err() {
+                        return;
+                    }
+                }
+                Ok(parsed) => {
+                    chunk.push((index, parsed));
+                    index += 1;
+                    if chunk.len() == CHUNK_ROWS {
+                        let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK_ROWS));
+                        if sender.blocking_send(Batch::Rows(full)).is_err() {
+                            return;
+                        }
+                    }
+                }
+                Err(error) => {
+                    let _ = sender.blocking_send(Batch::Rows(chunk));
+                    let _ = sender.blocking_send(Batch::Failed(error));
+                    return;
+                }
+            }
+        }
+        if index < skip {
+            let _ = sender.blocking_send(Batch::Skipped(index));
+        }
+        let _ = sender.blocking_send(Batch::Rows(chunk));
+    });
+    receiver
+}
+
+/// Set once SIGINT or SIGTERM arrives.
+fn watch_signals() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    tokio::spawn(async move {
+        crate::startup::shutdown_signal().await;
+        flag.store(true, Ordering::SeqCst);
+    });
+    stop
+}
+
+/// The import's running state.
+struct Run {
+    tally: Tally,
+    progress: Progress,
+    /// Rows read and not yet in a round.
+    buffer: VecDeque<(u64, Parsed)>,
+    /// Data rows received from the reader (skipped ones included).
+    received: u64,
+    reader_done: bool,
+}
+
+impl Run {
+    /// Waits for the reader's next chunk into the buffer; `Err` on a file
+    /// error. Does nothing once the reader is done.
+    async fn receive(&mut self, batches: &mut mpsc::Receiver<Batch>) -> Result<(), FileError> {
+        if self.reader_done {
+            return Ok(());
+        }
+        match batches.recv().await {
+            None => self.reader_done = true,
+            Some(Batch::Rows(rows)) => {
+                if let Some((last, _)) = rows.last() {
+                    self.received = last + 1;
+                }
+                self.buffer.extend(rows);
+            }
+            Some(Batch::Skipped(n)) => {
+                self.tally.skipped = n;
+                self.received = self.received.max(n);
+            }
+            Some(Batch::Failed(error)) => {
+                self.reader_done = true;
+                return Err(error);
+            }
+        }
+        Ok(())
+    }
+
+    fn bad_row(&mut self, line: u64, reason: &str) {
+        self.tally.bad += 1;
+        self.progress.println(&format!("line {line}: {reason}"));
+    }
+
+    async fn validate_only(
+        &mut self,
+        batches: &mut mpsc::Receiver<Batch>,
+        stop: &AtomicBool,
+    ) -> Ended {
+        loop {
+            if stop.load(Ordering::SeqCst) {
+                return Ended::Interrupted {
+                    resume: self.resume_point(&[]),
+                };
+            }
+            while let Some((_, parsed)) = self.buffer.pop_front() {
+                match parsed {
+                    Parsed::Row(_) => self.tally.valid += 1,
+                    Parsed::Bad { line, reason } => self.bad_row(line, &reason),
+                }
+            }
+            self.progress.update(self.tally.rows());
+            if self.reader_done {
+                return Ended::Complete;
+            }
+            if let Err(error) = self.receive(batches).await {
+                return Ended::FileFailed {
+                    error,
+                    resume: self.received,
+                };
+            }
+        }
+    }
+
+    /// Applies every row, round by round, until the file ends, a signal
+    /// stops it (after the rows already read are finished), or Redis fails.
+    async fn apply_all(
+        &mut self,
+        applier: &Applier<'_>,
+        batches: &mut mpsc::Receiver<Batch>,
+        stop: &AtomicBool,
+    ) -> Ended {
+        let mut held: Vec<Pending> = Vec::new();
+        let mut file_error = None;
+        loop {
+            let stopping = stop.load(Ordering::SeqCst);
+            let mut round = std::mem::take(&mut held);
+            while !stopping && file_error.is_none() && round.len() < ROUND_ROWS {
+                match self.buffer.pop_front() {
+                    Some((index, Parsed::Row(row))) => round.push(Pending::new(index, row)),
+                    Some((_, Parsed::Bad { line, reason })) => self.bad_row(line, &reason),
+                    None if self.reader_done => break,
+                    None if !round.is_empty() && !batches.is_empty() => {
+                        // More is ready: take it without waiting.
+                        file_error = self.receive(batches).await.err();
+                    }
+                    None if !round.is_empty() => break,
+                    None => file_error = self.receive(batches).await.err(),
+                }
+            }
+            if round.is_empty() {
+                let resume = self.resume_point(&held);
+                return match file_error {
+                    Some(error) => Ended::FileFailed { error, resume },
+                    None if stopping => Ended::Interrupted { resume },
+                    None => Ended::Complete,
+                };
+            }
+            let progress = &self.progress;
+            let mut report = |line: String| progress.println(&line);
+            let applied = applier
+                .apply(round, &mut self.tally, &mut report, &mut held)
+                .await;
+            self.progress.update(self.tally.rows());
+            if let Err(error) = applied {
+                return Ended::RedisFailed {
+                    error,
+                    resume: self.resume_point(&held),
+                };
+            }
+        }
+    }
+
+    /// The number of leading data rows that are all finished.
+    fn resume_point(&self, held: &[Pending]) -> u64 {
+        let mut first_open = self.received;
+        if let Some(pending) = held.first() {
+            first_open = first_open.min(pending.index);
+        }
+        if let Some((index, _)) = self.buffer.front() {
+            first_open = first_open.min(*index);
+        }
+        first_open
+    }
+}

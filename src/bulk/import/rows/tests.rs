@@ -1,0 +1,106 @@
+use super::*;
+
+fn read_all(format: Format, text: &str) -> Vec<Parsed> {
+    let input: Box<dyn Read + Send> = Box::new(std::io::Cursor::new(text.as_bytes().to_vec()));
+    let mut reader = RowReader::new(input, format, Arc::default()).unwrap();
+    std::iter::from_fn(|| reader.next_row().map(Result::unwrap)).collect()
+}
+
+fn bad(parsed: &Parsed) -> (u64, &str) {
+    match parsed {
+        Parsed::Bad { line, reason } => (*line, reason.as_str()),
+        Parsed::Row(row) => panic!("line {} should be bad", row.line),
+    }
+}
+
+fn good(parsed: &Parsed) -> &Row {
+    match parsed {
+        Parsed::Row(row) => row,
+        Parsed::Bad { line, reason } => panic!("line {line}: {reason}"),
+    }
+}
+
+#[test]
+fn csv_columns_come_in_any_order_and_count_defaults_to_one() {
+    let rows = read_all(
+        Format::Csv,
+        "outcome,customer_id,merchant_id,payment_method,payment_method_type,connector,count\n\
+         success,c1,m1,card,credit,stripe,\n\
+         gateway_failure,c1,m1,card,credit,stripe,7\n",
+    );
+    let first = good(&rows[0]);
+    assert_eq!((first.line, first.times), (2, 1));
+    assert_eq!(first.command.combo.field(), "CARD:CREDIT:stripe");
+    assert_eq!(first.command.outcome, Outcome::Success);
+    let second = good(&rows[1]);
+    assert_eq!((second.line, second.times), (3, 7));
+    assert_eq!(second.command.outcome, Outcome::GatewayFailure);
+    assert!(second.command.attempt.is_none());
+}
+
+#[test]
+fn bad_csv_rows_name_their_physical_line_and_field_never_the_customer() {
+    let rows = read_all(
+        Format::Csv,
+        "merchant_id,customer_id,payment_method,payment_method_type,connector,outcome,count,attempt_id\n\
+         m1,\"secret\ncustomer\",card,credit,stripe,success,1,\n\
+         m1,secret-customer,card,credit,stripe,refund,1,\n\
+         m1,secret-customer,card,credit,stripe,success,0,\n\
+         m1,secret-customer,ca:rd,credit,stripe,success,,\n\
+         m1,secret-customer,card\n\
+         m1,secret-customer,card,credit,stripe,success,1000000001,\n\
+         m1,secret-customer,card,credit,stripe,success,+5,\n\
+         m1,secret-customer,card,credit,stripe,success,2,a1\n",
+    );
+    let expected = [
+        (2, "customer_id"),
+        (4, "outcome"),
+        (5, "count"),
+        (6, "payment_method"),
+        (7, "payment_method_type: missing"),
+        (8, "count"),
+        (9, "count"),
+    ];
+    for (parsed, (line, field)) in rows.iter().zip(expected) {
+        let (got_line, reason) = bad(parsed);
+        assert_eq!(got_line, line, "{reason}");
+        assert!(reason.starts_with(field), "line {line}: {reason}");
+        assert!(!reason.contains("secret"), "line {line}: {reason}");
+    }
+    let last = good(&rows[7]);
+    assert_eq!((last.line, last.times), (10, 2));
+    assert!(last.command.attempt.is_some());
+}
+
+#[test]
+fn a_csv_header_without_a_needed_column_stops_the_file() {
+    let input: Box<dyn Read + Send> = Box::new(std::io::Cursor::new(
+        b"merchant_id,customer_id\nm,c\n".to_vec(),
+    ));
+    let error = RowReader::new(input, Format::Csv, Arc::default())
+        .err()
+        .unwrap();
+    assert!(error.to_string().contains("`payment_method`"), "{error}");
+}
+
+#[test]
+fn jsonl_counts_are_numbers_or_digit_strings_and_blank_lines_are_not_rows() {
+    let rows = read_all(
+        Format::Jsonl,
+        "{\"merchant_id\":\"m\",\"customer_id\":\"c\",\"payment_method\":\"card\",\"payment_method_type\":\"debit\",\"connector\":\"adyen\",\"outcome\":\"success\",\"count\":3}\n\
+         \n\
+         {\"merchant_id\":\"m\",\"customer_id\":\"c\",\"payment_method\":\"card\",\"payment_method_type\":\"debit\",\"connector\":\"adyen\",\"outcome\":\"gateway_failure\",\"count\":\"4\",\"attempt_id\":null}\n\
+         {\"merchant_id\":\"m\",\"customer_id\":\"c\",\"payment_method\":\"card\",\"payment_method_type\":\"debit\",\"connector\":\"adyen\",\"outcome\":\"success\",\"count\":-1}\n\
+         {\"merchant_id\":\"m\",\"customer_id\":7}\n\
+         [1,2]\n\
+         {not json\n",
+    );
+    assert_eq!(good(&rows[0]).times, 3);
+    assert_eq!((good(&rows[1]).line, good(&rows[1]).times), (3, 4));
+    assert_eq!(bad(&rows[2]).0, 4);
+    assert!(bad(&rows[2]).1.starts_with("count"));
+    assert_eq!(bad(&rows[3]), (5, "customer_id: must be a string"));
+    assert_eq!(bad(&rows[4]), (6, "not a JSON object"));
+    assert_eq!(bad(&rows[5]).0, 7);
+    assert_eq!(rows.len(), 6);
+}

@@ -1,0 +1,358 @@
+//! Script calls as values, and many of them sent at once (bulk import).
+//!
+//! The write and admission scripts' arguments and replies are built and read
+//! here, for RecordOutcome's one call at a time and for the import's batches
+//! alike, so both speak to the scripts the same way. A batch goes out as one
+//! pipeline per connection: calls on one key always share a connection and
+//! keep their order, calls on different keys spread over the pool (on
+//! Cluster, over each key's primary), so thousands of rows cost one round
+//! trip.
+
+use std::collections::HashMap;
+
+use fred::clients::Client;
+use fred::interfaces::ClientLike;
+use fred::prelude::{Error, ErrorKind, Value};
+use fred::types::{ClusterHash, CustomCommand};
+use fred::util::redis_keyslot;
+
+use super::error::{CallKind, NotApplied, StorageError};
+use super::store::{Backend, RedisStore};
+use crate::domain::admission::{Decision, WindowCounters};
+use crate::domain::attempts::AttemptDigest;
+use crate::domain::counts::Recorded;
+use crate::storage::{AdmissionRequest, SuccessWrite};
+
+/// Which script a batched call runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ScriptName {
+    RecordSuccess,
+    RecordFailure,
+    Admit,
+}
+
+/// One script call of a batch: the key it touches, and its arguments.
+#[derive(Debug, Clone)]
+pub(crate) struct ScriptCall {
+    pub script: ScriptName,
+    pub key: String,
+    pub args: Vec<Value>,
+}
+
+/// What became of one call of a batch.
+#[derive(Debug)]
+pub(crate) enum CallOutcome {
+    /// The script ran and replied with these integers.
+    Replied(Vec<i64>),
+    /// The script did not run, and may be sent again: Redis had forgotten
+    /// it (NOSCRIPT; it is loaded again before this is returned), or on
+    /// Cluster the slot moved (MOVED, ASK, TRYAGAIN).
+    NotRun,
+    /// The call failed: it may or may not have run (see the error).
+    Failed(StorageError),
+}
+
+impl RedisStore {
+    /// Sends `calls` in one pipeline per connection and waits for every
+    /// reply. Calls on the same key go, in the given order, on the same
+    /// connection, so Redis runs them in that order. The answer has one
+    /// outcome per call, in the same order.
+    pub(crate) async fn run_batch(&self, calls: Vec<ScriptCall>) -> Vec<CallOutcome> {
+        let total = calls.len();
+        if let Err(error) = self.check_fence() {
+            return calls
+                .iter()
+                .map(|_| CallOutcome::Failed(error.clone()))
+                .collect();
+        }
+        let mut outcomes: Vec<Option<CallOutcome>> = (0..total).map(|_| None).collect();
+        let mut groups: HashMap<String, (Client, Vec<(usize, ScriptCall)>)> = HashMap::new();
+        for (index, call) in calls.into_iter().enumerate() {
+            let slot = redis_keyslot(call.key.as_bytes());
+            let client = match &self.backend {
+                Backend::Single { pool, .. } => spread(pool.clients(), slot).cloned(),
+                Backend::Cluster(cluster) => match cluster.route(slot) {
+                    Ok(node) => spread(node.pool.clients(), slot).cloned(),
+                    Err(_) => {
+                        cluster.refresh_soon();
+                        outcomes[index] = Some(CallOutcome::NotRun);
+                        continue;
+                    }
+                },
+            };
+            let Some(client) = client else {
+                outcomes[index] = Some(CallOutcome::Failed(no_connection()));
+                continue;
+            };
+            groups
+                .entry(client.id().to_string())
+                .or_insert_with(|| (client, Vec::new()))
+                .1
+                .push((index, call));
+        }
+        // A batched call is a write: a lost answer means it may have run.
+        let kind = CallKind {
+            write: true,
+            deadline_bound: false,
+            timeout: self.command_timeout,
+        };
+        let mut pipelines = tokio::task::JoinSet::new();
+        for (_, (client, group)) in groups {
+            let scripts = self.scripts.clone();
+            pipelines.spawn(async move {
+                let replies = send_pipeline(&client, &scripts, &group, kind).await;
+                if replies.iter().any(|r| matches!(r, CallOutcome::NotRun)) {
+                    // Best effort: a load that fails shows again as NOSCRIPT.
+                    for script in scripts.all() {
+                        let _ = script.load(&client).await;
+                    }
+                }
+                (group, replies)
+            });
+        }
+        while let Some(joined) = pipelines.join_next().await {
+            let Ok((group, replies)) = joined else {
+                continue;
+            };
+            for ((index, _), outcome) in group.into_iter().zip(replies) {
+                outcomes[index] = Some(outcome);
+            }
+        }
+        if let Backend::Cluster(cluster) = &self.backend
+            && outcomes
+                .iter()
+                .any(|o| matches!(o, Some(CallOutcome::NotRun)))
+        {
+            cluster.refresh_soon();
+        }
+        outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or_else(|| CallOutcome::Failed(no_connection())))
+            .collect()
+    }
+
+    pub(crate) fn success_call(
+        &self,
+        key: &str,
+        write: SuccessWrite<'_>,
+        times: u32,
+    ) -> ScriptCall {
+        ScriptCall {
+            script: ScriptName::RecordSuccess,
+            key: key.to_owned(),
+            args: success_args(write, Some(times)),
+        }
+    }
+
+    pub(crate) fn failure_call(
+        &self,
+        key: &str,
+        field: &str,
+        ttl_secs: u64,
+        attempt: Option<AttemptDigest>,
+        times: u32,
+    ) -> ScriptCall {
+        ScriptCall {
+            script: ScriptName::RecordFailure,
+            key: key.to_owned(),
+            args: failure_args(field, ttl_secs, attempt, Some(times)),
+        }
+    }
+
+    pub(crate) fn admit_call(&self, key: &str, request: AdmissionRequest) -> ScriptCall {
+        ScriptCall {
+            script: ScriptName::Admit,
+            key: key.to_owned(),
+            args: admit_args(request),
+        }
+    }
+}
+
+/// The connection of `clients` for a key in `slot`: always the same one for
+/// one key, so its calls keep their order.
+fn spread(clients: &[Client], slot: u16) -> Option<&Client> {
+    if clients.is_empty() {
+        return None;
+    }
+    clients.get(usize::from(slot) % clients.len())
+}
+
+fn no_connection() -> StorageError {
+    StorageError::Unavailable {
+        why: NotApplied::NoConnection,
+        detail: "no connection to Redis for this batch".into(),
+    }
+}
+
+/// One pipeline: every call queued, then written together, then every
+/// reply read.
+async fn send_pipeline(
+    client: &Client,
+    scripts: &super::scripts::Scripts,
+    group: &[(usize, ScriptCall)],
+    kind: CallKind,
+) -> Vec<CallOutcome> {
+    let pipeline = client.pipeline();
+    for (_, call) in group {
+        let script = match call.script {
+            ScriptName::RecordSuccess => &scripts.record_success,
+            ScriptName::RecordFailure => &scripts.record_failure,
+            ScriptName::Admit => &scripts.admit,
+        };
+        let slot = ClusterHash::Custom(redis_keyslot(call.key.as_bytes()));
+        let mut line = Vec::with_capacity(call.args.len() + 3);
+        line.push(Value::from(script.sha1()));
+        line.push(Value::from(1));
+        line.push(Value::from(call.key.as_str()));
+        line.extend(call.args.iter().cloned());
+        let command = CustomCommand::new_static("EVALSHA", slot, false);
+        if let Err(error) = pipeline.custom::<(), _>(command, line).await {
+            let failed = StorageError::from_redis(&error, kind);
+            return group
+                .iter()
+                .map(|_| CallOutcome::Failed(failed.clone()))
+                .collect();
+        }
+    }
+    let replies = pipeline.try_all::<Value>().await;
+    if replies.len() != group.len() {
+        // The whole pipeline failed (not sent, or no answer in time).
+        let failed = replies
+            .into_iter()
+            .find_map(Result::err)
+            .map_or_else(no_connection, |e| StorageError::from_redis(&e, kind));
+        return group
+            .iter()
+            .map(|_| CallOutcome::Failed(failed.clone()))
+            .collect();
+    }
+    replies.into_iter().map(|r| outcome_of(r, kind)).collect()
+}
+
+fn outcome_of(reply: Result<Value, Error>, kind: CallKind) -> CallOutcome {
+    match reply {
+        Ok(value) => match value.convert::<Vec<i64>>() {
+            Ok(integers) => CallOutcome::Replied(integers),
+            Err(error) => CallOutcome::Failed(StorageError::Unexpected(format!(
+                "a script replied with something other than integers: {error}"
+            ))),
+        },
+        Err(error) if not_run(&error) => CallOutcome::NotRun,
+        Err(error) => CallOutcome::Failed(StorageError::from_redis(&error, kind)),
+    }
+}
+
+/// Errors that say the script did not run at all, so sending it again can
+/// never apply it twice.
+fn not_run(error: &Error) -> bool {
+    let details = error.details();
+    details.starts_with("NOSCRIPT")
+        || (*error.kind() == ErrorKind::Cluster
+            && ["MOVED", "ASK", "TRYAGAIN"]
+                .iter()
+                .any(|w| details.starts_with(w)))
+}
+
+/// record_success.lua's arguments. `times` (bulk import) is sent only when
+/// given: RecordOutcome's call stays exactly what it was.
+pub(super) fn success_args(write: SuccessWrite<'_>, times: Option<u32>) -> Vec<Value> {
+    let mut args = vec![
+        Value::from(write.field),
+        Value::from(write.ttl_secs.to_string()),
+        Value::from(write.cap.to_string()),
+        Value::from(if write.create { "1" } else { "0" }),
+        attempt_arg(write.attempt),
+    ];
+    args.extend(times.map(|n| Value::from(n.to_string())));
+    args
+}
+
+/// record_failure.lua's arguments; `times` as in [`success_args`].
+pub(super) fn failure_args(
+    field: &str,
+    ttl_secs: u64,
+    attempt: Option<AttemptDigest>,
+    times: Option<u32>,
+) -> Vec<Value> {
+    let mut args = vec![
+        Value::from(field),
+        Value::from(ttl_secs.to_string()),
+        attempt_arg(attempt),
+    ];
+    args.extend(times.map(|n| Value::from(n.to_string())));
+    args
+}
+
+pub(super) fn admit_args(request: AdmissionRequest) -> Vec<Value> {
+    vec![
+        Value::from(request.now_ms.to_string()),
+        Value::from(request.window_ms.to_string()),
+        Value::from(request.budget.to_string()),
+    ]
+}
+
+/// record_success.lua's reply. `None`: the hash is absent and the call did
+/// not allow creating it, so nothing was written.
+pub(crate) fn success_reply(reply: &[i64]) -> Result<Option<Recorded>, StorageError> {
+    match *reply {
+        [0, _, _] => Ok(None),
+        [1, net_count, pruned] => Ok(Some(Recorded::Applied {
+            net_count,
+            pruned: u32::try_from(pruned).unwrap_or(u32::MAX),
+        })),
+        [2, net_count, _] => Ok(Some(Recorded::Duplicate { net_count })),
+        [-1, _, _] => Err(foreign_value("the customer's hash")),
+        _ => Err(StorageError::Unexpected(format!(
+            "record_success replied {reply:?}"
+        ))),
+    }
+}
+
+/// record_failure.lua's reply.
+pub(crate) fn failure_reply(reply: &[i64]) -> Result<Recorded, StorageError> {
+    match *reply {
+        [0, _] => Ok(Recorded::IgnoredNoHabit),
+        [1, net_count] => Ok(Recorded::Applied {
+            net_count,
+            pruned: 0,
+        }),
+        [2, net_count] => Ok(Recorded::Duplicate { net_count }),
+        [-1, _] => Err(foreign_value("the customer's hash")),
+        _ => Err(StorageError::Unexpected(format!(
+            "record_failure replied {reply:?}"
+        ))),
+    }
+}
+
+/// admit.lua's reply.
+pub(crate) fn admit_reply(reply: &[i64]) -> Result<Decision, StorageError> {
+    match *reply {
+        [admitted @ (0 | 1), window, current, previous] if current >= 0 && previous >= 0 => {
+            Ok(Decision {
+                admitted: admitted == 1,
+                counters: WindowCounters {
+                    window,
+                    current: current as u64,
+                    previous: previous as u64,
+                },
+            })
+        }
+        [-1, ..] => Err(foreign_value("the merchant's admission key")),
+        _ => Err(StorageError::Unexpected(format!("admit replied {reply:?}"))),
+    }
+}
+
+/// The script argument for an optional attempt: its digest, or empty.
+fn attempt_arg(attempt: Option<AttemptDigest>) -> Value {
+    attempt.map_or_else(
+        || Value::from(""),
+        |digest| Value::Bytes(digest.0.to_vec().into()),
+    )
+}
+
+fn foreign_value(key_kind: &'static str) -> StorageError {
+    StorageError::ForeignValue {
+        key_kind,
+        detail: "a stored value is not a whole number, or not a valid attempts list".into(),
+    }
+}

@@ -1,0 +1,105 @@
+//! The optional count argument of the write scripts (bulk import): a row
+//! standing for n outcomes moves a count by n, with the same floor, delete
+//! and attempt rules as n single calls would.
+
+use super::*;
+use crate::domain::attempts::AttemptId;
+use crate::storage::{CallOutcome, failure_reply, success_reply};
+
+/// Runs one call as a batch of one; the script's reply.
+fn run_one(h: &Harness, call: crate::storage::ScriptCall) -> Vec<i64> {
+    match h.runtime.block_on(h.store.run_batch(vec![call])).remove(0) {
+        CallOutcome::Replied(reply) => reply,
+        other => panic!("the script did not answer: {other:?}"),
+    }
+}
+
+#[test]
+fn a_count_moves_the_stored_count_by_that_much_and_floors_at_deletion() {
+    let h = Harness::new();
+    h.runtime.block_on(h.store.preload_scripts()).unwrap();
+    let key = customer_key("m", "counted");
+    let field = "CARD:CREDIT:stripe";
+    for start in 0i64..5 {
+        for times in [1u32, 2, 3, 7] {
+            let mut fields = HashMap::from([("CARD:DEBIT:other".to_owned(), 9)]);
+            if start > 0 {
+                fields.insert(field.to_owned(), start);
+            }
+            h.arrange(&key, &fields);
+            let write = SuccessWrite {
+                field,
+                ttl_secs: 100,
+                cap: 30,
+                create: true,
+                attempt: None,
+            };
+            let call = h.store.success_call(key.as_str(), write, times);
+            let outcome = run_one(&h, call);
+            let recorded = success_reply(&outcome).unwrap();
+            let added = start + i64::from(times);
+            assert_eq!(
+                recorded,
+                Some(Recorded::Applied {
+                    net_count: added,
+                    pruned: 0
+                })
+            );
+            assert_eq!(h.hash(&key)[field], added);
+
+            let call = h
+                .store
+                .failure_call(key.as_str(), field, 100, None, times + 1);
+            let outcome = run_one(&h, call);
+            let left = (added - i64::from(times + 1)).max(0);
+            assert_eq!(
+                failure_reply(&outcome).unwrap(),
+                Recorded::Applied {
+                    net_count: left,
+                    pruned: 0
+                }
+            );
+            assert_eq!(h.hash(&key).get(field).copied().unwrap_or(0), left);
+            assert!(h.ttl(&key) > 0);
+        }
+    }
+}
+
+#[test]
+fn a_counted_row_with_an_attempt_is_one_attempt() {
+    let h = Harness::new();
+    h.runtime.block_on(h.store.preload_scripts()).unwrap();
+    let key = customer_key("m", "attempted");
+    let field = "CARD:CREDIT:stripe";
+    let attempt = AttemptId::parse("att-1").unwrap().map(|a| a.digest());
+    let write = SuccessWrite {
+        field,
+        ttl_secs: 100,
+        cap: 30,
+        create: true,
+        attempt,
+    };
+    let first = run_one(&h, h.store.success_call(key.as_str(), write, 4));
+    assert_eq!(
+        success_reply(&first).unwrap(),
+        Some(Recorded::Applied {
+            net_count: 4,
+            pruned: 0
+        })
+    );
+    let again = run_one(&h, h.store.success_call(key.as_str(), write, 4));
+    assert_eq!(
+        success_reply(&again).unwrap(),
+        Some(Recorded::Duplicate { net_count: 4 })
+    );
+    let failure = run_one(
+        &h,
+        h.store.failure_call(key.as_str(), field, 100, attempt, 2),
+    );
+    assert_eq!(
+        failure_reply(&failure).unwrap(),
+        Recorded::Duplicate { net_count: 4 }
+    );
+    // raw: the attempts field beside it is binary.
+    assert_eq!(h.raw(&key)[field], b"4".to_vec());
+}

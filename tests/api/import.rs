@@ -1,0 +1,484 @@
+//! `sticky-routing import`, the real binary against a real Redis: the state
+//! it leaves, its reports and exit codes, resuming, re-runs, stdin, Ctrl-C,
+//! admission, and Cluster.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::process::Stdio;
+use std::time::Duration;
+
+use fred::prelude::{Builder, ClientLike, Config, HashesInterface};
+use sticky_routing::domain::attempts::is_bookkeeping;
+use sticky_routing::domain::ids::{CustomerId, MerchantId};
+use sticky_routing::domain::keys::customer_key;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::helpers::{SERVICE_PASSWORD, SERVICE_USER, TestRedis, Topology, service_binary};
+
+const HEADER: &str = "merchant_id,customer_id,payment_method,payment_method_type,connector,outcome,count,attempt_id\n";
+
+/// What one run of the binary did.
+struct Ran {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// A test's Redis.
+struct Target {
+    redis: TestRedis,
+}
+
+impl Target {
+    async fn start(topology: Topology) -> Self {
+        Self {
+            redis: TestRedis::start(topology),
+        }
+    }
+
+    fn vars(&self, extra: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
+        let mut vars = vec![
+            ("STICKY_ROUTING_REDIS_URL", self.redis.url()),
+            ("STICKY_ROUTING_REDIS_USERNAME", SERVICE_USER.into()),
+            ("STICKY_ROUTING_REDIS_PASSWORD", SERVICE_PASSWORD.into()),
+        ];
+        vars.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
+        vars
+    }
+
+    /// Runs `sticky-routing import ARGS` with the settings `extra`.
+    async fn import(&self, args: &[&str], extra: &[(&'static str, &str)]) -> Ran {
+        import_with(&self.vars(extra), args, None).await
+    }
+
+    /// Every customer hash: key → combo → count (attempts left out).
+    async fn state(&self) -> BTreeMap<String, BTreeMap<String, i64>> {
+        let mut state = BTreeMap::new();
+        for port in self.redis.data_ports() {
+            let node = Builder::from_config(
+                Config::from_url(&format!("redis://127.0.0.1:{port}")).unwrap(),
+            )
+            .build()
+            .unwrap();
+            node.init().await.unwrap();
+            let cmd = fred::types::CustomCommand::new("KEYS", None::<u16>, false);
+            let keys: Vec<String> = node.custom(cmd, vec!["sticky_gw_*"]).await.unwrap();
+            for key in keys {
+                // Bytes: the attempts bookkeeping is binary.
+                let fields: BTreeMap<String, fred::bytes::Bytes> =
+                    node.hgetall(&key).await.unwrap();
+                let combos = fields
+                    .into_iter()
+                    .filter(|(f, _)| !is_bookkeeping(f))
+                    .map(|(f, v)| (f, std::str::from_utf8(&v).unwrap().parse().unwrap()))
+                    .collect();
+                state.insert(key, combos);
+            }
+            let _ = node.quit().await;
+        }
+        state
+    }
+}
+
+async fn import_with(vars: &[(&'static str, String)], args: &[&str], stdin: Option<&[u8]>) -> Ran {
+    let mut command = service_binary(vars);
+    command.arg("import").args(args);
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    if stdin.is_some() {
+        command.stdin(Stdio::piped());
+    }
+    let mut child = command.spawn().unwrap();
+    if let Some(bytes) = stdin {
+        let mut input = child.stdin.take().unwrap();
+        input.write_all(bytes).await.unwrap();
+        drop(input);
+    }
+    let output = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+        .await
+        .expect("the import ends")
+        .unwrap();
+    Ran {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+fn file_with(name: &str, text: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    std::fs::File::create(&path)
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    (dir, path.to_string_lossy().into_owned())
+}
+
+/// The number on the summary line that starts with `name`.
+fn summary_count(ran: &Ran, name: &str) -> u64 {
+    ran.stdout
+        .lines()
+        .find_map(|line| {
+            line.trim()
+                .strip_prefix(name)?
+                .split_whitespace()
+                .last()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no `{name}` in the summary:\n{}", ran.stdout))
+}
+
+/// A small deterministic generator (xorshift), so a failure replays.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+const COMBOS: [(&str, &str, &str); 6] = [
+    ("card", "credit", "stripe"),
+    ("card", "credit", "adyen"),
+    ("card", "debit", "adyen"),
+    ("interac", "rtp", "GIGADAT"),
+    ("interac", "rtp", "LOONIO"),
+    ("wallet", "apple", "stripe"),
+];
+
+/// `rows` random rows over `customers` customers of 7 merchants, and what
+/// the rules make of them with a cap of `cap` combos (the test's model:
+/// success adds, failure subtracts down to deletion, a new combo past the
+/// cap prunes the lowest counts, ties bytewise, never the one written).
+fn generated(rows: usize, customers: u64, cap: usize, seed: u64) -> (String, Model) {
+    let mut rng = Rng(seed);
+    let mut text = String::from(HEADER);
+    let mut model = Model::default();
+    for _ in 0..rows {
+        let customer = rng.below(customers);
+        let merchant = format!("merchant_{}", customer % 7);
+        let customer = format!("cus_{customer}");
+        let (pm, pmt, connector) = COMBOS[rng.below(6) as usize];
+        let success = rng.below(10) < 6;
+        let count = 1 + rng.below(4) as i64;
+        let shown_count = if count == 1 && rng.below(2) == 0 {
+            String::new()
+        } else {
+            count.to_string()
+        };
+        text.push_str(&format!(
+            "{merchant},{customer},{pm},{pmt},{connector},{},{shown_count},\n",
+            if success {
+                "success"
+            } else {
+                "gateway_failure"
+            }
+        ));
+        let field = format!("{}:{}:{connector}", pm.to_uppercase(), pmt.to_uppercase());
+        model.apply(
+            &merchant,
+            &customer,
+            &field,
+            if success { count } else { -count },
+            cap,
+        );
+    }
+    (text, model)
+}
+
+type Model = ModelState;
+
+#[derive(Default)]
+struct ModelState(BTreeMap<String, BTreeMap<String, i64>>);
+
+impl ModelState {
+    fn apply(&mut self, merchant: &str, customer: &str, field: &str, delta: i64, cap: usize) {
+        let key = customer_key(
+            &MerchantId::parse(merchant).unwrap(),
+            &CustomerId::parse(customer).unwrap(),
+        )
+        .as_str()
+        .to_owned();
+        if delta < 0 {
+            let Some(hash) = self.0.get_mut(&key) else {
+                return;
+            };
+            let Some(count) = hash.get_mut(field) else {
+                return;
+            };
+            *count += delta;
+            if *count <= 0 {
+                hash.remove(field);
+            }
+            if hash.is_empty() {
+                self.0.remove(&key);
+            }
+            return;
+        }
+        let hash = self.0.entry(key).or_default();
+        let new = !hash.contains_key(field);
+        *hash.entry(field.to_owned()).or_default() += delta;
+        if new && hash.len() > cap {
+            let mut others: Vec<(i64, String)> = hash
+                .iter()
+                .filter(|(f, _)| f.as_str() != field)
+                .map(|(f, c)| (*c, f.clone()))
+                .collect();
+            others.sort();
+            for (_, victim) in others.into_iter().take(hash.len() - cap) {
+                hash.remove(&victim);
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_hundred_thousand_rows_leave_exactly_the_state_the_rules_predict() {
+    let target = Target::start(Topology::Single).await;
+    let (text, model) = generated(100_000, 3_000, 4, 0x5eed);
+    let (_dir, path) = file_with("history.csv", &text);
+    let ran = target
+        .import(
+            &["--no-admission", &path],
+            &[("STICKY_ROUTING_MAX_COMBOS_PER_CUSTOMER", "4")],
+        )
+        .await;
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert!(summary_count(&ran, "applied gateway_failure") > 0);
+    assert!(summary_count(&ran, "ignored_no_habit") > 0);
+    assert_eq!(target.state().await, model.0);
+}
+
+#[tokio::test]
+async fn bad_rows_are_reported_by_line_and_the_good_ones_applied() {
+    let target = Target::start(Topology::Single).await;
+    let text = format!(
+        "{HEADER}\
+         m1,good-1,card,credit,stripe,success,2,\n\
+         m1,\"multi\nline-secret\",card,credit,stripe,refund,1,\n\
+         m1,good-2,card,credit,stripe,success,,\n\
+         m1,good-3,card,,stripe,success,1,\n\
+         m1,good-3,card,credit,stripe,success,0,\n\
+         m1,good-3,card,credit,stripe,success,1,{}\n\
+         m1,good-3,card,credit,stripe,success,3,\n",
+        "x".repeat(200)
+    );
+    let (_dir, path) = file_with("rows.csv", &text);
+    let ran = target.import(&[&path], &[]).await;
+    assert_eq!(ran.code, 1, "{}{}", ran.stdout, ran.stderr);
+    for expected in [
+        "line 3: customer_id:",
+        "line 6: payment_method_type:",
+        "line 7: count:",
+        "line 8: attempt_id:",
+    ] {
+        assert!(
+            ran.stderr.contains(expected),
+            "no `{expected}` in:\n{}",
+            ran.stderr
+        );
+    }
+    assert!(!ran.stderr.contains("secret"), "{}", ran.stderr);
+    assert_eq!(summary_count(&ran, "bad rows"), 4);
+    let counts: Vec<i64> = target
+        .state()
+        .await
+        .values()
+        .map(|combos| combos["CARD:CREDIT:stripe"])
+        .collect();
+    assert_eq!(counts, vec![2, 1, 3]);
+}
+
+#[tokio::test]
+async fn a_dry_run_writes_nothing_and_needs_no_redis() {
+    let text =
+        format!("{HEADER}m1,c1,card,credit,stripe,success,1,\nm1,c1,card,credit,stripe,oops,1,\n");
+    let (_dir, path) = file_with("rows.csv", &text);
+    // Nothing listens on this port.
+    let vars = [(
+        "STICKY_ROUTING_REDIS_URL",
+        format!("redis://127.0.0.1:{}", crate::helpers::free_port()),
+    )];
+    let ran = import_with(&vars, &["--dry-run", &path], None).await;
+    assert_eq!(ran.code, 1, "{}{}", ran.stdout, ran.stderr);
+    assert!(ran.stderr.contains("line 3: outcome:"), "{}", ran.stderr);
+    assert_eq!(summary_count(&ran, "valid"), 1);
+    let target = Target::start(Topology::Single).await;
+    let good = format!("{HEADER}m1,c1,card,credit,stripe,success,1,\n");
+    let (_dir, path) = file_with("good.csv", &good);
+    let ran = target.import(&["--dry-run", &path], &[]).await;
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert!(target.state().await.is_empty());
+}
+
+#[tokio::test]
+async fn a_rerun_with_attempt_ids_applies_nothing_twice_and_skip_resumes() {
+    let target = Target::start(Topology::Single).await;
+    let mut text = String::from(HEADER);
+    for i in 0..50 {
+        // A failure only after the customer's first success: a failure that
+        // writes nothing records no attempt, so a re-run would apply it.
+        let outcome = if i >= 35 && i % 5 == 4 {
+            "gateway_failure"
+        } else {
+            "success"
+        };
+        text.push_str(&format!(
+            "m1,c{},card,credit,stripe,{outcome},2,att-{i}\n",
+            i % 7
+        ));
+    }
+    let (_dir, path) = file_with("rows.csv", &text);
+    let first = target.import(&["--skip", "20", &path], &[]).await;
+    assert_eq!(first.code, 0, "{}{}", first.stdout, first.stderr);
+    assert_eq!(summary_count(&first, "skipped (--skip)"), 20);
+    let resumed = target.state().await;
+    let full = target.import(&[&path], &[]).await;
+    assert_eq!(full.code, 0, "{}{}", full.stdout, full.stderr);
+    // The last 30 rows were recorded once; only the first 20 are new.
+    assert_eq!(summary_count(&full, "duplicate"), 30, "{}", full.stdout);
+    let after_full = target.state().await;
+    assert_ne!(after_full, resumed);
+    let again = target.import(&[&path], &[]).await;
+    assert_eq!(again.code, 0);
+    assert_eq!(summary_count(&again, "duplicate"), 50);
+    assert_eq!(target.state().await, after_full);
+}
+
+#[tokio::test]
+async fn stdin_needs_a_format_and_reads_jsonl() {
+    let target = Target::start(Topology::Single).await;
+    let rows = b"{\"merchant_id\":\"m1\",\"customer_id\":\"c1\",\"payment_method\":\"card\",\"payment_method_type\":\"credit\",\"connector\":\"stripe\",\"outcome\":\"success\",\"count\":5}\n\
+{\"merchant_id\":\"m1\",\"customer_id\":\"c1\",\"payment_method\":\"card\",\"payment_method_type\":\"credit\",\"connector\":\"stripe\",\"outcome\":\"gateway_failure\",\"count\":\"2\"}\n";
+    let vars = target.vars(&[]);
+    let ran = import_with(&vars, &["-"], Some(rows)).await;
+    assert_eq!(ran.code, 2, "{}", ran.stderr);
+    assert!(ran.stderr.contains("--format"), "{}", ran.stderr);
+    let ran = import_with(&vars, &["--format", "jsonl", "-"], Some(rows)).await;
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    let state = target.state().await;
+    let counts: Vec<i64> = state.values().map(|c| c["CARD:CREDIT:stripe"]).collect();
+    assert_eq!(counts, vec![3]);
+}
+
+#[tokio::test]
+async fn unreachable_redis_is_exit_2_with_a_clear_message() {
+    let text = format!("{HEADER}m1,c1,card,credit,stripe,success,1,\n");
+    let (_dir, path) = file_with("rows.csv", &text);
+    let vars = [(
+        "STICKY_ROUTING_REDIS_URL",
+        format!("redis://127.0.0.1:{}", crate::helpers::free_port()),
+    )];
+    let ran = import_with(&vars, &[&path], None).await;
+    assert_eq!(ran.code, 2, "{}{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stderr
+            .contains("cannot reach Redis at redis://127.0.0.1:"),
+        "{}",
+        ran.stderr
+    );
+}
+
+#[tokio::test]
+async fn a_spent_budget_makes_new_customers_not_admitted_with_exit_0() {
+    let target = Target::start(Topology::Single).await;
+    let text = format!(
+        "{HEADER}mzero,c1,card,credit,stripe,success,1,\nmzero,c2,card,credit,stripe,success,3,\n\
+         mzero,c1,card,credit,stripe,gateway_failure,1,\nmopen,c1,card,credit,stripe,success,1,\n"
+    );
+    let (_dir, path) = file_with("rows.csv", &text);
+    let ran = target
+        .import(&[&path], &[("STICKY_ROUTING_MAX_CUSTOMERS_mzero", "0")])
+        .await;
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert_eq!(summary_count(&ran, "not_admitted (budget)"), 2);
+    assert_eq!(summary_count(&ran, "ignored_no_habit"), 1);
+    assert_eq!(summary_count(&ran, "applied success"), 1);
+    assert_eq!(target.state().await.len(), 1);
+}
+
+/// Three rows per customer whose result depends on their order: success,
+/// failure, success leaves 1; any other order leaves 2 (or 1 from a
+/// different path).
+fn order_sensitive(customers: usize) -> (String, usize) {
+    let mut text = String::from(HEADER);
+    for step in ["success", "gateway_failure", "success"] {
+        for c in 0..customers {
+            let count = if step == "success" { 1 } else { 5 };
+            text.push_str(&format!(
+                "m{},cust-{c},card,credit,stripe,{step},{count},\n",
+                c % 3
+            ));
+        }
+    }
+    (text, customers)
+}
+
+#[tokio::test]
+async fn on_cluster_each_customers_rows_keep_their_order() {
+    let target = Target::start(Topology::Cluster).await;
+    let (text, customers) = order_sensitive(3_000);
+    let (_dir, path) = file_with("rows.csv", &text);
+    let ran = target.import(&[&path], &[]).await;
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    let state = target.state().await;
+    assert_eq!(state.len(), customers);
+    assert!(state.values().all(|c| c["CARD:CREDIT:stripe"] == 1));
+    assert!(target.redis.data_ports().len() > 1);
+}
+
+#[tokio::test]
+async fn ctrl_c_stops_cleanly_and_the_resume_reaches_the_same_state() {
+    let (text, _) = generated(400_000, 20_000, 30, 0xc0ffee);
+    let (_dir, path) = file_with("big.csv", &text);
+    let whole = Target::start(Topology::Single).await;
+    let ran = whole.import(&[&path], &[]).await;
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+
+    let target = Target::start(Topology::Single).await;
+    let mut command = service_binary(&target.vars(&[]));
+    command
+        .arg("import")
+        .arg(&path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let pid = child.id().unwrap().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    let skip: u64 = stderr
+        .split("resume with --skip ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no resume hint in:\n{stderr}"));
+    assert!(skip > 0 && skip < 400_000, "stopped at {skip}");
+    let resumed = target
+        .import(&["--skip", &skip.to_string(), &path], &[])
+        .await;
+    assert_eq!(resumed.code, 0, "{}", resumed.stderr);
+    assert_eq!(target.state().await, whole.state().await);
+}
