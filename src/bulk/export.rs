@@ -22,12 +22,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use super::Format;
 use crate::config::{self, Settings};
 use crate::domain::ids::MerchantId;
 use crate::domain::keys::customer_key_pattern;
 use crate::storage::{HashContents, HashScanner, ScannedHash};
 use decode::{Decoded, decode_hash};
-use super::Format;
 use output::{Row, RowWriter};
 
 /// `export --help`, and the line the binary's own `--help` can show.

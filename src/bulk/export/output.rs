@@ -85,7 +85,8 @@ impl RowWriter {
                 let mut csv = csv::WriterBuilder::new()
                     .has_headers(false)
                     .from_writer(out);
-                csv.write_record(COLUMNS.iter().chain([&COUNT_COLUMN])).map_err(io::Error::other)?;
+                csv.write_record(COLUMNS.iter().chain([&COUNT_COLUMN]))
+                    .map_err(io::Error::other)?;
                 Sink::Csv(Box::new(csv))
             }
             Format::Jsonl => Sink::Jsonl(out),
