@@ -102,28 +102,19 @@ fn fail(problem: &str) -> ExitCode {
 /// The arguments; `Ok(None)` for `--help`.
 fn parse_args(args: &[String]) -> Result<Option<Request>, String> {
     let (mut config_file, mut merchant, mut format, mut path) = (None, None, None, None);
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        let (name, inline) = match arg.split_once('=') {
-            Some((name, value)) if name.starts_with("--") => (name, Some(value.to_owned())),
-            _ => (arg.as_str(), None),
-        };
-        let mut value = |what: &str| {
-            inline
-                .clone()
-                .or_else(|| rest.next().cloned())
-                .ok_or_else(|| format!("{name} needs {what}"))
-        };
+    let mut flags = super::flags::Flags::new(args);
+    while let Some(name) = flags.next_word() {
+        let mut value = || flags.value(name).map(str::to_owned);
         match name {
             "-h" | "--help" => return Ok(None),
-            "--config" => config_file = Some(PathBuf::from(value("a FILE")?)),
+            "--config" => config_file = Some(PathBuf::from(value()?)),
             "--merchant" => {
-                let id = value("an ID")?;
+                let id = value()?;
                 let id = MerchantId::parse(&id).map_err(|e| format!("--merchant: {}", e.reason))?;
                 merchant = Some(id);
             }
             "--format" => {
-                let text = value("csv or jsonl")?;
+                let text = value()?;
                 let parsed = Format::from_flag(&text)
                     .ok_or_else(|| format!("--format: `{text}` is not csv or jsonl"))?;
                 format = Some(parsed);

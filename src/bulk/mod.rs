@@ -8,6 +8,7 @@
 //! [`COLUMNS`], an optional `count` and `attempt_id`.
 
 pub mod export;
+mod flags;
 pub mod import;
 
 use std::path::Path;

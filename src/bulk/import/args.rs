@@ -45,36 +45,27 @@ pub fn parse(args: &[String]) -> Result<ImportArgs, Option<String>> {
     let mut no_admission = false;
     let mut skip = 0;
     let mut config_file = None;
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((flag, value)) if flag.starts_with("--") => (flag, Some(value.to_owned())),
-            _ => (arg.as_str(), None),
-        };
-        let mut value = |name: &str| {
-            inline
-                .clone()
-                .or_else(|| rest.next().cloned())
-                .ok_or_else(|| Some(format!("{name} needs a value")))
-        };
+    let mut flags = crate::bulk::flags::Flags::new(args);
+    while let Some(flag) = flags.next_word() {
+        let mut value = || flags.value(flag).map(str::to_owned).map_err(Some);
         match flag {
             "-h" | "--help" => return Err(None),
             "--dry-run" => dry_run = true,
             "--no-admission" => no_admission = true,
             "--format" => {
-                let word = value("--format")?;
+                let word = value()?;
                 format =
                     Some(Format::from_flag(&word).ok_or_else(|| {
                         Some(format!("--format must be csv or jsonl, not `{word}`"))
                     })?);
             }
             "--skip" => {
-                let word = value("--skip")?;
+                let word = value()?;
                 skip = word.parse().map_err(|_| {
                     Some(format!("--skip needs a whole number of rows, not `{word}`"))
                 })?;
             }
-            "--config" => config_file = Some(PathBuf::from(value("--config")?)),
+            "--config" => config_file = Some(PathBuf::from(value()?)),
             "-" if file.is_none() => file = Some(None),
             other if other.starts_with('-') => {
                 return Err(Some(format!("unknown option `{other}`")));
