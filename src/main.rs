@@ -17,7 +17,7 @@ fn main() -> ExitCode {
     let settings = match config::from_process() {
         Ok(CommandLine::Run(settings)) => settings,
         Ok(CommandLine::Exit(text)) => {
-            println!("{text}");
+            sticky_routing::bulk::print_to_stdout(&format!("{text}\n"));
             return ExitCode::SUCCESS;
         }
         Ok(CommandLine::Import(args)) => {

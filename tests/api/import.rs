@@ -315,6 +315,26 @@ async fn a_dry_run_writes_nothing_and_needs_no_redis() {
     assert!(target.state().await.is_empty());
 }
 
+/// `import … | head` closes stdout before the summary: the import still
+/// ends with its own exit code, not a panic.
+#[tokio::test]
+async fn a_closed_stdout_is_no_panic() {
+    let text = format!("{HEADER}m1,c1,card,credit,stripe,success,1,\n");
+    let (_dir, path) = file_with("rows.csv", &text);
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let output = service_binary(&[])
+        .args(["import", "--dry-run", &path])
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::piped())
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+}
+
 #[tokio::test]
 async fn a_rerun_with_attempt_ids_applies_nothing_twice_and_skip_resumes() {
     let target = Target::start(Topology::Single).await;

@@ -59,7 +59,7 @@ pub fn run(args: &[String], env: &HashMap<String, String>) -> ExitCode {
     let args = match args::parse(args) {
         Ok(args) => args,
         Err(None) => {
-            println!("{}", args::USAGE);
+            crate::bulk::print_to_stdout(&format!("{}\n", args::USAGE));
             return ExitCode::SUCCESS;
         }
         Err(Some(problem)) => {
@@ -159,7 +159,7 @@ async fn import(args: ImportArgs, settings: Settings) -> ExitCode {
         dry_run: args.dry_run,
         complete: matches!(ended, Ended::Complete),
     };
-    print!("{summary}");
+    crate::bulk::print_to_stdout(&summary.to_string());
     match ended {
         Ended::Complete if run.tally.any_bad() => ExitCode::from(EXIT_BAD_ROWS),
         Ended::Complete => ExitCode::SUCCESS,
