@@ -327,7 +327,10 @@ async fn a_closed_stdout_is_no_panic() {
         .args(["import", "--dry-run", &path])
         .stdout(Stdio::from(writer))
         .stderr(Stdio::piped())
-        .output()
+        // Not `output()`: tokio's would replace stdout with a pipe of its own.
+        .spawn()
+        .unwrap()
+        .wait_with_output()
         .await
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
