@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use fred::clients::Client;
 use fred::interfaces::ClientLike;
 use fred::prelude::{Error, ErrorKind, Value};
+use fred::types::scripts::Script;
 use fred::types::{ClusterHash, CustomCommand};
 use fred::util::redis_keyslot;
 
@@ -96,25 +97,27 @@ impl RedisStore {
             deadline_bound: false,
             timeout: self.command_timeout,
         };
+        let by_slot = matches!(self.backend, Backend::Cluster(_));
         let mut pipelines = tokio::task::JoinSet::new();
         for (_, (client, group)) in groups {
-            let scripts = self.scripts.clone();
+            let script = self.scripts.batch.clone();
             pipelines.spawn(async move {
-                let replies = send_pipeline(&client, &scripts, &group, kind).await;
-                if replies.iter().any(|r| matches!(r, CallOutcome::NotRun)) {
+                let replies = send_pipeline(&client, &script, group, by_slot, kind).await;
+                if replies
+                    .iter()
+                    .any(|(_, r)| matches!(r, CallOutcome::NotRun))
+                {
                     // Best effort: a load that fails shows again as NOSCRIPT.
-                    for script in scripts.all() {
-                        let _ = script.load(&client).await;
-                    }
+                    let _ = script.load(&client).await;
                 }
-                (group, replies)
+                replies
             });
         }
         while let Some(joined) = pipelines.join_next().await {
-            let Ok((group, replies)) = joined else {
+            let Ok(replies) = joined else {
                 continue;
             };
-            for ((index, _), outcome) in group.into_iter().zip(replies) {
+            for (index, outcome) in replies {
                 outcomes[index] = Some(outcome);
             }
         }
@@ -184,62 +187,158 @@ fn no_connection() -> StorageError {
     }
 }
 
-/// One pipeline: every call queued, then written together, then every
-/// reply read.
+/// Calls per EVALSHA of the batch script. Enough that the per-command cost
+/// (Redis's dispatch, fred's write and flush) fades; few enough that one
+/// script holds Redis for well under a millisecond, so the service's own
+/// calls on the same Redis wait little behind an import.
+const CALLS_PER_SCRIPT: usize = 64;
+
+/// One connection's calls: in chunks of [`CALLS_PER_SCRIPT`] (on Cluster,
+/// of one slot each, as a script's keys must be), one EVALSHA of the batch
+/// script per chunk, all written as one pipeline, then every reply read.
+/// Each outcome comes back with its call's index.
 async fn send_pipeline(
     client: &Client,
-    scripts: &super::scripts::Scripts,
-    group: &[(usize, ScriptCall)],
+    script: &Script,
+    group: Vec<(usize, ScriptCall)>,
+    by_slot: bool,
     kind: CallKind,
-) -> Vec<CallOutcome> {
+) -> Vec<(usize, CallOutcome)> {
+    let chunks = chunks(group, by_slot);
+    let mut indices = Vec::with_capacity(chunks.len());
     let pipeline = client.pipeline();
-    for (_, call) in group {
-        let script = match call.script {
-            ScriptName::RecordSuccess => &scripts.record_success,
-            ScriptName::RecordFailure => &scripts.record_failure,
-            ScriptName::Admit => &scripts.admit,
-        };
-        let slot = ClusterHash::Custom(redis_keyslot(call.key.as_bytes()));
-        let mut line = Vec::with_capacity(call.args.len() + 3);
-        line.push(Value::from(script.sha1()));
-        line.push(Value::from(1));
-        line.push(Value::from(call.key.as_str()));
-        line.extend(call.args.iter().cloned());
-        let command = CustomCommand::new_static("EVALSHA", slot, false);
+    for chunk in chunks {
+        let slot = chunk
+            .first()
+            .map_or(0, |(_, call)| redis_keyslot(call.key.as_bytes()));
+        let (these, line) = script_line(script.sha1(), chunk);
+        indices.push(these);
+        let command = CustomCommand::new_static("EVALSHA", ClusterHash::Custom(slot), false);
         if let Err(error) = pipeline.custom::<(), _>(command, line).await {
             let failed = StorageError::from_redis(&error, kind);
-            return group
-                .iter()
-                .map(|_| CallOutcome::Failed(failed.clone()))
-                .collect();
+            return every(indices.concat(), || CallOutcome::Failed(failed.clone()));
         }
     }
     let replies = pipeline.try_all::<Value>().await;
-    if replies.len() != group.len() {
+    if replies.len() != indices.len() {
         // The whole pipeline failed (not sent, or no answer in time).
         let failed = replies
             .into_iter()
             .find_map(Result::err)
             .map_or_else(no_connection, |e| StorageError::from_redis(&e, kind));
-        return group
-            .iter()
-            .map(|_| CallOutcome::Failed(failed.clone()))
-            .collect();
+        return every(indices.concat(), || CallOutcome::Failed(failed.clone()));
     }
-    replies.into_iter().map(|r| outcome_of(r, kind)).collect()
+    let mut outcomes = Vec::new();
+    for (these, reply) in indices.into_iter().zip(replies) {
+        outcomes.extend(chunk_outcomes(these, reply, kind));
+    }
+    outcomes
 }
 
-fn outcome_of(reply: Result<Value, Error>, kind: CallKind) -> CallOutcome {
-    match reply {
-        Ok(value) => match value.convert::<Vec<i64>>() {
-            Ok(integers) => CallOutcome::Replied(integers),
-            Err(error) => CallOutcome::Failed(StorageError::Unexpected(format!(
-                "a script replied with something other than integers: {error}"
-            ))),
-        },
-        Err(error) if not_run(&error) => CallOutcome::NotRun,
-        Err(error) => CallOutcome::Failed(StorageError::from_redis(&error, kind)),
+/// `group` cut into the calls of one EVALSHA each, every key's calls kept
+/// in order. On Cluster a chunk holds one slot's calls (a key's calls all
+/// share its slot, so their order holds).
+fn chunks(group: Vec<(usize, ScriptCall)>, by_slot: bool) -> Vec<Vec<(usize, ScriptCall)>> {
+    let mut lanes: Vec<Vec<(usize, ScriptCall)>> = Vec::new();
+    if by_slot {
+        let mut lane_of: HashMap<u16, usize> = HashMap::new();
+        for entry in group {
+            let slot = redis_keyslot(entry.1.key.as_bytes());
+            let lane = *lane_of.entry(slot).or_insert_with(|| {
+                lanes.push(Vec::new());
+                lanes.len() - 1
+            });
+            lanes[lane].push(entry);
+        }
+    } else {
+        lanes.push(group);
     }
+    let mut chunks = Vec::new();
+    for lane in lanes {
+        let mut lane = lane.into_iter().peekable();
+        while lane.peek().is_some() {
+            chunks.push(lane.by_ref().take(CALLS_PER_SCRIPT).collect());
+        }
+    }
+    chunks
+}
+
+/// The batch script's EVALSHA arguments for `chunk` (see
+/// `scripts/batch.lua`): the keys, then each call's script, argument count
+/// and arguments. Also gives back the calls' indices, in order.
+fn script_line(sha1: &str, chunk: Vec<(usize, ScriptCall)>) -> (Vec<usize>, Vec<Value>) {
+    let argc: usize = chunk.iter().map(|(_, call)| call.args.len() + 2).sum();
+    let mut line = Vec::with_capacity(2 + chunk.len() + argc);
+    line.push(Value::from(sha1));
+    line.push(Value::from(chunk.len() as i64));
+    let mut arguments = Vec::with_capacity(argc);
+    let mut indices = Vec::with_capacity(chunk.len());
+    for (index, call) in chunk {
+        indices.push(index);
+        line.push(Value::from(call.key));
+        arguments.push(Value::from_static_str(match call.script {
+            ScriptName::RecordSuccess => "s",
+            ScriptName::RecordFailure => "f",
+            ScriptName::Admit => "a",
+        }));
+        arguments.push(Value::from(call.args.len() as i64));
+        arguments.extend(call.args);
+    }
+    line.extend(arguments);
+    (indices, line)
+}
+
+/// One EVALSHA's reply, as one outcome per call of its chunk.
+fn chunk_outcomes(
+    indices: Vec<usize>,
+    reply: Result<Value, Error>,
+    kind: CallKind,
+) -> Vec<(usize, CallOutcome)> {
+    match reply {
+        Ok(Value::Array(replies)) if replies.len() == indices.len() => indices
+            .into_iter()
+            .zip(replies)
+            .map(|(index, reply)| (index, call_outcome(reply, kind)))
+            .collect(),
+        Ok(other) => {
+            let unexpected = StorageError::Unexpected(format!(
+                "the batch script replied {other:?} for {} calls",
+                indices.len()
+            ));
+            every(indices, || CallOutcome::Failed(unexpected.clone()))
+        }
+        Err(error) if not_run(&error) => every(indices, || CallOutcome::NotRun),
+        Err(error) => {
+            let failed = StorageError::from_redis(&error, kind);
+            every(indices, || CallOutcome::Failed(failed.clone()))
+        }
+    }
+}
+
+/// One call's reply inside the batch script's: the script's integers, or
+/// the message of the error that stopped that call alone.
+fn call_outcome(reply: Value, kind: CallKind) -> CallOutcome {
+    let message = match reply {
+        Value::String(message) => message.to_string(),
+        Value::Bytes(message) => String::from_utf8_lossy(&message).into_owned(),
+        integers => {
+            return match integers.convert::<Vec<i64>>() {
+                Ok(integers) => CallOutcome::Replied(integers),
+                Err(error) => CallOutcome::Failed(StorageError::Unexpected(format!(
+                    "a script replied with something other than integers: {error}"
+                ))),
+            };
+        }
+    };
+    let error = Error::new(ErrorKind::Unknown, message);
+    CallOutcome::Failed(StorageError::from_redis(&error, kind))
+}
+
+fn every(indices: Vec<usize>, outcome: impl Fn() -> CallOutcome) -> Vec<(usize, CallOutcome)> {
+    indices
+        .into_iter()
+        .map(|index| (index, outcome()))
+        .collect()
 }
 
 /// Errors that say the script did not run at all, so sending it again can

@@ -73,15 +73,10 @@ impl LuaScript {
 }
 
 impl LuaScript {
-    /// The script's SHA1, as EVALSHA takes it.
-    pub fn sha1(&self) -> &str {
-        self.script.sha1()
-    }
-
-    /// Caches the script on the server (SCRIPT LOAD), so the first call does
-    /// not pay the NOSCRIPT round trip.
-    pub async fn load(&self, client: &Client) -> Result<(), Error> {
-        self.script.load(client).await
+    /// The script itself, to cache it on the server (SCRIPT LOAD) so the
+    /// first call does not pay the NOSCRIPT round trip.
+    pub fn as_script(&self) -> &Script {
+        &self.script
     }
 }
 
@@ -90,7 +85,26 @@ pub struct Scripts {
     pub record_success: LuaScript,
     pub record_failure: LuaScript,
     pub admit: LuaScript,
+    /// The three above, many calls per EVALSHA (bulk import only; see
+    /// `scripts/batch.lua`).
+    pub batch: Script,
 }
+
+/// The batch script: the three scripts' files, each wrapped unchanged as a
+/// function of `(KEYS, ARGV)` that shadows Redis's globals, then the loop
+/// that calls them. Built from the same files, so a row of the import runs
+/// the code RecordOutcome's call runs.
+const BATCH: &str = concat!(
+    include_str!("scripts/attempts.lua"),
+    "local function record_success(KEYS, ARGV)\n",
+    include_str!("scripts/record_success.lua"),
+    "\nend\nlocal function record_failure(KEYS, ARGV)\n",
+    include_str!("scripts/record_failure.lua"),
+    "\nend\nlocal function admit(KEYS, ARGV)\n",
+    include_str!("scripts/admit.lua"),
+    "\nend\n",
+    include_str!("scripts/batch.lua"),
+);
 
 impl Scripts {
     pub fn new() -> Self {
@@ -112,6 +126,7 @@ impl Scripts {
                 ),
             ),
             admit: LuaScript::new(RedisCommand::Admit, include_str!("scripts/admit.lua")),
+            batch: Script::from_lua(BATCH),
         }
     }
 }

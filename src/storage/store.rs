@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use fred::clients::{Client, Pool, WithOptions};
 use fred::interfaces::{ClientLike, EventInterface, HashesInterface, KeysInterface};
 use fred::prelude::{Builder, Config, Error, ErrorKind, Options, ReconnectPolicy, Value};
+use fred::types::scripts::Script;
 use fred::util::redis_keyslot;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -216,6 +217,18 @@ impl RedisStore {
     /// later, or a primary promoted later, is handled by the NOSCRIPT
     /// fallback.
     pub async fn preload_scripts(&self) -> Result<(), StorageError> {
+        let scripts = self.scripts.all().map(LuaScript::as_script);
+        self.load_on_primaries(&scripts).await
+    }
+
+    /// Caches the bulk import's batch script (`scripts/batch.lua`) on every
+    /// primary, as [`Self::preload_scripts`] does the service's: the
+    /// service itself never sends it.
+    pub async fn preload_batch_script(&self) -> Result<(), StorageError> {
+        self.load_on_primaries(&[&self.scripts.batch]).await
+    }
+
+    async fn load_on_primaries(&self, scripts: &[&Script]) -> Result<(), StorageError> {
         let clients: Vec<Client> = match &self.backend {
             Backend::Single { pool, .. } => vec![pool.next_connected().clone()],
             Backend::Cluster(cluster) => cluster
@@ -231,7 +244,7 @@ impl RedisStore {
             timeout: self.command_timeout,
         };
         for client in &clients {
-            for script in self.scripts.all() {
+            for script in scripts {
                 script
                     .load(client)
                     .await

@@ -220,7 +220,7 @@ async fn connect(settings: &Settings) -> Result<(RedisStore, TaskTracker), Strin
         store.quit().await;
         return Err(cannot(why));
     }
-    if let Err(error) = store.preload_scripts().await {
+    if let Err(error) = store.preload_batch_script().await {
         store.quit().await;
         return Err(cannot(format!("loading the scripts failed: {error}")));
     }

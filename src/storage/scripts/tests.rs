@@ -61,6 +61,7 @@ fn admission_key(merchant: &str) -> AdmissionKey {
 }
 
 mod attempts;
+mod batch;
 mod counts;
 
 /// A store and an inspection client on one Redis, driven from sync proptest.

@@ -17,7 +17,7 @@ fn run_one(h: &Harness, call: crate::storage::ScriptCall) -> Vec<i64> {
 #[test]
 fn a_count_moves_the_stored_count_by_that_much_and_floors_at_deletion() {
     let h = Harness::new();
-    h.runtime.block_on(h.store.preload_scripts()).unwrap();
+    h.runtime.block_on(h.store.preload_batch_script()).unwrap();
     let key = customer_key("m", "counted");
     let field = "CARD:CREDIT:stripe";
     for start in 0i64..5 {
@@ -68,7 +68,7 @@ fn a_count_moves_the_stored_count_by_that_much_and_floors_at_deletion() {
 #[test]
 fn a_counted_row_with_an_attempt_is_one_attempt() {
     let h = Harness::new();
-    h.runtime.block_on(h.store.preload_scripts()).unwrap();
+    h.runtime.block_on(h.store.preload_batch_script()).unwrap();
     let key = customer_key("m", "attempted");
     let field = "CARD:CREDIT:stripe";
     let attempt = AttemptId::parse("att-1").unwrap().map(|a| a.digest());
