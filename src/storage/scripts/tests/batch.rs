@@ -221,6 +221,15 @@ fn a_batch_answers_and_writes_as_the_same_calls_one_by_one() {
         .unwrap();
 }
 
+/// A customer key of merchant `m` in the same slot as `key`.
+fn same_slot(key: &CustomerKey, name: &str) -> CustomerKey {
+    let slot = fred::util::redis_keyslot(key.as_str().as_bytes());
+    (0..)
+        .map(|n| customer_key("m", &format!("{name}{n}")))
+        .find(|candidate| fred::util::redis_keyslot(candidate.as_str().as_bytes()) == slot)
+        .unwrap()
+}
+
 #[test]
 fn a_failing_call_stops_only_itself() {
     let h = Harness::new();
@@ -233,8 +242,10 @@ fn a_failing_call_stops_only_itself() {
                 .set(foreign.as_str(), "not a hash", None, None, false),
         )
         .unwrap();
-    let before = customer_key("m", "before");
-    let after = customer_key("m", "after");
+    // In the foreign key's slot, so all three share a connection and one
+    // EVALSHA.
+    let before = same_slot(&foreign, "before");
+    let after = same_slot(&foreign, "after");
     let write = write_for(FIELDS[0], true, None);
     let calls = vec![
         h.store.success_call(before.as_str(), write, 1),
