@@ -55,6 +55,11 @@ impl Pending {
             not_run: 0,
         }
     }
+
+    /// The customer's key: rows with the same one must stay in order.
+    pub fn key(&self) -> &str {
+        self.key.as_str()
+    }
 }
 
 /// What to do with a round's rows.

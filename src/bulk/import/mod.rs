@@ -16,6 +16,7 @@
 
 mod apply;
 mod args;
+mod lanes;
 mod progress;
 mod rows;
 mod summary;
@@ -33,7 +34,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::Settings;
 use crate::storage::{RedisStore, redact_url};
 use crate::telemetry::Metrics;
-use apply::{Applier, Pending};
+use apply::Applier;
 use args::ImportArgs;
 use progress::Progress;
 use rows::{FileError, Parsed, RowReader};
@@ -341,7 +342,7 @@ impl Run {
         loop {
             if stop.load(Ordering::SeqCst) {
                 return Ended::Interrupted {
-                    resume: self.resume_point(&[]),
+                    resume: self.first_unread(),
                 };
             }
             while let Some((_, parsed)) = self.buffer.pop_front() {
@@ -363,64 +364,10 @@ impl Run {
         }
     }
 
-    /// Applies every row, round by round, until the file ends, a signal
-    /// stops it (after the rows already read are finished), or Redis fails.
-    async fn apply_all(
-        &mut self,
-        applier: &Applier<'_>,
-        batches: &mut mpsc::Receiver<Batch>,
-        stop: &AtomicBool,
-    ) -> Ended {
-        let mut held: Vec<Pending> = Vec::new();
-        let mut file_error = None;
-        loop {
-            let stopping = stop.load(Ordering::SeqCst);
-            let mut round = std::mem::take(&mut held);
-            while !stopping && file_error.is_none() && round.len() < ROUND_ROWS {
-                match self.buffer.pop_front() {
-                    Some((index, Parsed::Row(row))) => round.push(Pending::new(index, row)),
-                    Some((_, Parsed::Bad { line, reason })) => self.bad_row(line, &reason),
-                    None if self.reader_done => break,
-                    None if !round.is_empty() && !batches.is_empty() => {
-                        // More is ready: take it without waiting.
-                        file_error = self.receive(batches).await.err();
-                    }
-                    None if !round.is_empty() => break,
-                    None => file_error = self.receive(batches).await.err(),
-                }
-            }
-            if round.is_empty() {
-                let resume = self.resume_point(&held);
-                return match file_error {
-                    Some(error) => Ended::FileFailed { error, resume },
-                    None if stopping => Ended::Interrupted { resume },
-                    None => Ended::Complete,
-                };
-            }
-            let progress = &self.progress;
-            let mut report = |line: String| progress.println(&line);
-            let applied = applier
-                .apply(round, &mut self.tally, &mut report, &mut held)
-                .await;
-            self.progress.update(self.tally.rows());
-            if let Err(error) = applied {
-                return Ended::RedisFailed {
-                    error,
-                    resume: self.resume_point(&held),
-                };
-            }
-        }
-    }
-
-    /// The number of leading data rows that are all finished.
-    fn resume_point(&self, held: &[Pending]) -> u64 {
-        let mut first_open = self.received;
-        if let Some(pending) = held.first() {
-            first_open = first_open.min(pending.index);
-        }
-        if let Some((index, _)) = self.buffer.front() {
-            first_open = first_open.min(*index);
-        }
-        first_open
+    /// The first data row not yet taken from the reader's chunks.
+    fn first_unread(&self) -> u64 {
+        self.buffer
+            .front()
+            .map_or(self.received, |(index, _)| *index)
     }
 }

@@ -60,6 +60,20 @@ impl Tally {
             + self.valid
     }
 
+    /// Adds what another lane counted.
+    pub fn absorb(&mut self, other: &Self) {
+        self.applied_success += other.applied_success;
+        self.applied_failure += other.applied_failure;
+        self.ignored_no_habit += other.ignored_no_habit;
+        self.not_admitted_budget += other.not_admitted_budget;
+        self.not_admitted_memory_guard += other.not_admitted_memory_guard;
+        self.duplicate += other.duplicate;
+        self.bad += other.bad;
+        self.refused += other.refused;
+        self.skipped += other.skipped;
+        self.valid += other.valid;
+    }
+
     /// Whether some row was neither applied nor intentionally left out.
     pub fn any_bad(&self) -> bool {
         self.bad > 0 || self.refused > 0
