@@ -6,7 +6,12 @@
 //! pipeline per connection: calls on one key always share a connection and
 //! keep their order, calls on different keys spread over the pool (on
 //! Cluster, over each key's primary), so thousands of rows cost one round
-//! trip.
+//! trip. Inside a pipeline the calls travel [`CALLS_PER_SCRIPT`] at a time
+//! in one EVALSHA of `scripts/batch.lua`, which runs the same three scripts
+//! call by call: one EVALSHA per row cost fred a socket write and flush per
+//! row (it flushes after every script command, even in a pipeline) and
+//! Redis a command dispatch per row, and that, not the scripts, was most of
+//! an import's time (bench/README.md, "Import").
 
 use std::collections::HashMap;
 

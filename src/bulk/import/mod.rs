@@ -2,17 +2,19 @@
 //! applied through RecordOutcome's validation, rules, scripts and admission.
 //!
 //! A reader thread parses the file while rounds of rows are applied
-//! ([`apply`]), so parsing overlaps with Redis. Rows are numbered among the
+//! ([`apply`]) on two lanes of customers at once ([`lanes`]), so parsing,
+//! the importer's work and Redis's all overlap. Rows are numbered among the
 //! file's data rows; "resume with --skip N" is printed whenever the import
 //! stops early, N being a row count such that every row before it is
 //! finished (applied, or reported) and none after it was applied: a stop
-//! (Ctrl-C, SIGTERM) first finishes the rows already read.
+//! (Ctrl-C, SIGTERM) first finishes the rows already handed to a lane.
 //!
 //! A Redis error that leaves rows unanswered (a timeout, a lost connection)
 //! stops the import with exit code 2. Those rows may or may not have been
-//! applied, so the N printed is the first of them: resuming sends them
-//! again, which applies them twice only if they carry no `attempt_id`. The
-//! message says so.
+//! applied, and the other lane finishes its rows, so the N printed is the
+//! first unfinished row and rows after it may already have been applied:
+//! resuming sends them again, which applies them twice only if they carry
+//! no `attempt_id`. The message says so.
 
 mod apply;
 mod args;
@@ -40,13 +42,15 @@ use progress::Progress;
 use rows::{FileError, Parsed, RowReader};
 use summary::{Summary, Tally};
 
-/// Rows per round: a few thousand per connection make a round trip's cost
-/// small against the scripts' own time (bench/README.md, "Import").
+/// Rows per round of a lane: a few thousand per connection make a round
+/// trip's cost small against the scripts' own time (bench/README.md,
+/// "Import").
 const ROUND_ROWS: usize = 8192;
 /// Rows the reader hands over at once.
 const CHUNK_ROWS: usize = 1024;
-/// One batch is one Redis call of thousands of scripts: it gets at least
-/// this long, whatever the service's per-call timeout.
+/// One batch is a pipeline of thousands of rows, answered when all have
+/// run: it gets at least this long, whatever the service's per-call
+/// timeout.
 const BATCH_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the import waits for Redis before giving up (exit 2).
 const CONNECT_WAIT: Duration = Duration::from_secs(5);
@@ -176,7 +180,7 @@ async fn import(args: ImportArgs, settings: Settings) -> ExitCode {
             eprintln!(
                 "sticky-routing import: stopped, Redis failed: {error}\n\
                  resume with --skip {resume}\n\
-                 (rows from there on that were in flight may have been applied; \
+                 (rows from there on may already have been applied; \
                  rows with an attempt_id are never applied twice)"
             );
             ExitCode::from(EXIT_TROUBLE)
