@@ -22,24 +22,42 @@ export STICKY_ROUTING_REDIS_URL="redis://127.0.0.1:$port"
 
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
+redis_cpu() {
+  redis-cli -p "$port" info cpu | tr -d '\r' |
+    awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {printf "%.2f\n", s}'
+}
+
 # One import into an empty Redis; prints rows/s over the whole run (start-up
-# and connection included).
+# and connection included). Where the time went is appended to
+# $work/cpu.$mode: the importer's CPU seconds, redis-server's, and Redis's
+# mean time per EVALSHA (the longest another client waits behind a call).
 import_rate() {
+  local mode=$1; shift
   redis-cli -p "$port" flushall >/dev/null
-  local start end
+  redis-cli -p "$port" config resetstat >/dev/null
+  local start end before
+  before=$(redis_cpu)
   start=$(date +%s.%N)
-  "$BIN" import "$@" "$work/rows.csv" >"$work/out" 2>"$work/err" || {
-    cat "$work/err" >&2; exit 1; }
+  local TIMEFORMAT="%U %S"
+  { time "$BIN" import "$@" "$work/rows.csv" >"$work/out" 2>"$work/err" ||
+    { cat "$work/err" >&2; exit 1; }; } 2>"$work/time"
   end=$(date +%s.%N)
+  local per_call
+  per_call=$(redis-cli -p "$port" info commandstats | tr -d '\r' |
+    sed -n 's/^cmdstat_evalsha:.*usec_per_call=\([0-9.]*\).*/\1/p')
+  awk -v t="$(cat "$work/time")" -v b="$before" -v a="$(redis_cpu)" -v p="$per_call" 'BEGIN {
+    split(t, u, " "); printf "%.2f %.2f %s\n", u[1] + u[2], a - b, p }' >>"$work/cpu.$mode"
   awk -v n="$ROWS" -v s="$start" -v e="$end" 'BEGIN {printf "%.0f\n", n / (e - s)}'
 }
 
 declare -A result
 for mode in admission no-admission; do
   flag=""; [ "$mode" = no-admission ] && flag=--no-admission
-  rates=$(for _ in $(seq "$RUNS"); do import_rate $flag; done)
+  rates=$(for _ in $(seq "$RUNS"); do import_rate "$mode" $flag; done)
   result[$mode]=$(echo "$rates" | median)
   echo "import ($mode): $(echo $rates)" >&2
+  echo "  importer CPU s, redis-server CPU s, Redis µs per EVALSHA, per run:" \
+    "$(paste -sd';' "$work/cpu.$mode")" >&2
 done
 
 # The floor: record_success.lua alone, as fast as redis-benchmark can send
