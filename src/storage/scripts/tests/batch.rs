@@ -9,42 +9,53 @@ use super::*;
 use crate::domain::attempts::AttemptId;
 use crate::storage::{CallOutcome, ScriptCall, admit_reply, failure_reply, success_reply};
 
-/// One generated call: a success (with its create flag) or a failure for
-/// customer `who`, or an admission for the merchant.
+/// One generated call: a success (with its create flag) or a failure on a
+/// customer's combo, or an admission for the merchant.
 #[derive(Debug, Clone)]
 enum Op {
-    Success {
-        who: u8,
-        field: u8,
-        create: bool,
-        attempt: Option<u8>,
-    },
-    Failure {
-        who: u8,
-        field: u8,
-        attempt: Option<u8>,
-    },
-    Admit {
-        budget: u64,
-    },
+    Success(Write, bool),
+    Failure(Write),
+    Admit { budget: u64 },
+}
+
+/// Whose combo a write is on, and its attempt.
+#[derive(Debug, Clone, Copy)]
+struct Write {
+    who: u8,
+    field: u8,
+    attempt: Option<u8>,
+}
+
+impl Write {
+    fn key(self, merchant: &str) -> CustomerKey {
+        customer_key(merchant, &format!("c{}", self.who))
+    }
+
+    fn field(self) -> &'static str {
+        FIELDS[usize::from(self.field)]
+    }
+
+    fn success(self, create: bool) -> SuccessWrite<'static> {
+        SuccessWrite {
+            field: self.field(),
+            ttl_secs: 100,
+            cap: CAP,
+            create,
+            attempt: digest(self.attempt),
+        }
+    }
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let attempt = proptest::option::of(0u8..4);
-    prop_oneof![
-        (0u8..4, 0u8..5, any::<bool>(), attempt.clone()).prop_map(
-            |(who, field, create, attempt)| Op::Success {
-                who,
-                field,
-                create,
-                attempt
-            }
-        ),
-        (0u8..4, 0u8..5, attempt).prop_map(|(who, field, attempt)| Op::Failure {
+    let write =
+        (0u8..4, 0u8..5, proptest::option::of(0u8..4)).prop_map(|(who, field, attempt)| Write {
             who,
             field,
-            attempt
-        }),
+            attempt,
+        });
+    prop_oneof![
+        (write.clone(), any::<bool>()).prop_map(|(write, create)| Op::Success(write, create)),
+        write.prop_map(Op::Failure),
         (0u64..6).prop_map(|budget| Op::Admit { budget }),
     ]
 }
@@ -85,16 +96,6 @@ fn combo(field: &str) -> Combo {
     .unwrap()
 }
 
-fn write_for(field: &str, create: bool, attempt: Option<u8>) -> SuccessWrite<'_> {
-    SuccessWrite {
-        field,
-        ttl_secs: 100,
-        cap: CAP,
-        create,
-        attempt: digest(attempt),
-    }
-}
-
 fn request(budget: u64) -> AdmissionRequest {
     AdmissionRequest {
         now_ms: NOW_MS,
@@ -108,37 +109,21 @@ async fn one_by_one(store: &RedisStore, merchant: &str, ops: &[Op]) -> Vec<Answe
     let mut answers = Vec::new();
     for op in ops {
         answers.push(match *op {
-            Op::Success {
-                who,
-                field,
-                create,
-                attempt,
-            } => {
-                let key = customer_key(merchant, &format!("c{who}"));
-                let write = write_for(FIELDS[usize::from(field)], create, attempt);
-                Answer::Written(store.write_success(&key, write, deadline()).await.unwrap())
+            Op::Success(write, create) => {
+                let key = write.key(merchant);
+                let written = store.write_success(&key, write.success(create), deadline());
+                Answer::Written(written.await.unwrap())
             }
-            Op::Failure {
-                who,
-                field,
-                attempt,
-            } => {
-                let key = customer_key(merchant, &format!("c{who}"));
-                let combo = combo(FIELDS[usize::from(field)]);
-                let recorded = store
-                    .write_failure(&key, &combo, 100, digest(attempt), deadline())
-                    .await
-                    .unwrap();
-                Answer::Written(Some(recorded))
+            Op::Failure(write) => {
+                let (key, combo) = (write.key(merchant), combo(write.field()));
+                let written =
+                    store.write_failure(&key, &combo, 100, digest(write.attempt), deadline());
+                Answer::Written(Some(written.await.unwrap()))
             }
             Op::Admit { budget } => {
                 let key = admission_key(merchant);
-                Answer::Decided(
-                    store
-                        .admit(&key, request(budget), deadline())
-                        .await
-                        .unwrap(),
-                )
+                let decided = store.admit(&key, request(budget), deadline());
+                Answer::Decided(decided.await.unwrap())
             }
         });
     }
@@ -150,24 +135,12 @@ async fn batched(store: &RedisStore, merchant: &str, ops: &[Op]) -> Vec<Answer> 
     let calls: Vec<ScriptCall> = ops
         .iter()
         .map(|op| match *op {
-            Op::Success {
-                who,
-                field,
-                create,
-                attempt,
-            } => {
-                let key = customer_key(merchant, &format!("c{who}"));
-                let write = write_for(FIELDS[usize::from(field)], create, attempt);
-                store.success_call(key.as_str(), write, 1)
+            Op::Success(write, create) => {
+                store.success_call(write.key(merchant).as_str(), write.success(create), 1)
             }
-            Op::Failure {
-                who,
-                field,
-                attempt,
-            } => {
-                let key = customer_key(merchant, &format!("c{who}"));
-                let field = FIELDS[usize::from(field)];
-                store.failure_call(key.as_str(), field, 100, digest(attempt), 1)
+            Op::Failure(write) => {
+                let key = write.key(merchant);
+                store.failure_call(key.as_str(), write.field(), 100, digest(write.attempt), 1)
             }
             Op::Admit { budget } => {
                 store.admit_call(admission_key(merchant).as_str(), request(budget))
@@ -182,8 +155,8 @@ async fn batched(store: &RedisStore, merchant: &str, ops: &[Op]) -> Vec<Answer> 
                 panic!("a batched call did not answer: {outcome:?}");
             };
             match op {
-                Op::Success { .. } => Answer::Written(success_reply(&reply).unwrap()),
-                Op::Failure { .. } => Answer::Written(Some(failure_reply(&reply).unwrap())),
+                Op::Success(..) => Answer::Written(success_reply(&reply).unwrap()),
+                Op::Failure(_) => Answer::Written(Some(failure_reply(&reply).unwrap())),
                 Op::Admit { .. } => Answer::Decided(admit_reply(&reply).unwrap()),
             }
         })
@@ -246,7 +219,12 @@ fn a_failing_call_stops_only_itself() {
     // EVALSHA.
     let before = same_slot(&foreign, "before");
     let after = same_slot(&foreign, "after");
-    let write = write_for(FIELDS[0], true, None);
+    let write = Write {
+        who: 0,
+        field: 0,
+        attempt: None,
+    }
+    .success(true);
     let calls = vec![
         h.store.success_call(before.as_str(), write, 1),
         h.store.success_call(foreign.as_str(), write, 1),
@@ -273,8 +251,16 @@ fn a_forgotten_batch_script_is_not_run_and_loaded_again() {
     let h = Harness::new();
     let key = customer_key("m", "noscript");
     let call = || {
-        h.store
-            .success_call(key.as_str(), write_for(FIELDS[0], true, None), 1)
+        h.store.success_call(
+            key.as_str(),
+            Write {
+                who: 0,
+                field: 0,
+                attempt: None,
+            }
+            .success(true),
+            1,
+        )
     };
     // Never loaded: NOSCRIPT, so nothing ran, and the batch loads it.
     let first = h.runtime.block_on(h.store.run_batch(vec![call()]));
