@@ -51,6 +51,11 @@ struct Lane<'a> {
 }
 
 impl Lane<'_> {
+    /// Whether it has a round out, or rows waiting for one.
+    fn busy(&self) -> bool {
+        self.running.is_some() || !self.queue.is_empty() || !self.held.is_empty()
+    }
+
     /// The next round: the held rows first (they come first in the file
     /// for their customers), then queued ones.
     fn take_round(&mut self) -> Vec<Pending> {
@@ -138,7 +143,8 @@ impl Run {
                 Some((_, Parsed::Bad { line, reason })) => self.bad_row(line, &reason),
                 None if self.reader_done => return Ok(()),
                 None if !batches.is_empty() => self.receive(batches).await?,
-                None if wanted > 0 || lanes.iter().any(|l| l.running.is_some()) => return Ok(()),
+                // Another lane can go on: with rows queued, or a round out.
+                None if wanted > 0 || lanes.iter().any(Lane::busy) => return Ok(()),
                 None => self.receive(batches).await?,
             }
         }
