@@ -23,6 +23,7 @@ mod health;
 mod health_veto;
 mod helpers;
 mod import;
+mod import_failures;
 mod least_privilege;
 mod load;
 mod loadtest_recipes;
