@@ -11,6 +11,7 @@ use sticky_routing::domain::ids::{CustomerId, MerchantId};
 use sticky_routing::domain::keys::customer_key;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Child;
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::helpers::{RedisServer, TestRedis, Topology, service_binary};
@@ -285,7 +286,10 @@ async fn redis_killed_mid_import_is_exit_2_and_the_resume_reaches_the_model() {
     target.redis.stop();
     let (code, stdout, stderr) = finish(child, stdout, stderr).await;
     assert_eq!(code, 2, "{stdout}{stderr}");
-    assert!(stderr.contains("may have been applied"), "{stderr}");
+    assert!(
+        stderr.contains("in flight may have been applied"),
+        "{stderr}"
+    );
     let skip: usize = stderr
         .split("resume with --skip ")
         .nth(1)
@@ -376,12 +380,30 @@ async fn scripts_flushed_mid_import_are_sent_again_and_the_state_is_exact() {
     assert_same_state(&target.state().await, &model, &stdout);
 }
 
+/// Lines of a child's stderr as they come.
+fn lines_of(stderr: Option<tokio::process::ChildStderr>) -> mpsc::UnboundedReceiver<String> {
+    let (sender, receiver) = mpsc::unbounded_channel();
+    let mut lines = BufReader::new(stderr.unwrap()).lines();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            let _ = sender.send(line);
+        }
+    });
+    receiver
+}
+
 #[tokio::test]
 async fn a_long_import_without_a_terminal_prints_a_plain_progress_line() {
+    const PART: usize = 3_000;
     let target = Target::start(Topology::Single).await;
     let port = target.redis.data_ports()[0];
-    let (text, _) = generated(6_000, 500, 4, 0x5107);
-    let (first, second) = text.split_at(text.match_indices('\n').nth(3_000).unwrap().0 + 1);
+    let (text, _) = generated(3 * PART, 500, 4, 0x5107);
+    let ends: Vec<usize> = text.match_indices('\n').map(|(i, _)| i + 1).collect();
+    let parts = [
+        &text[..ends[PART]],
+        &text[ends[PART]..ends[2 * PART]],
+        &text[ends[2 * PART]..],
+    ];
     let started = Instant::now();
     let mut child = service_binary(&target.vars(&[]))
         .args(["import", "--format", "csv", "-"])
@@ -392,27 +414,39 @@ async fn a_long_import_without_a_terminal_prints_a_plain_progress_line() {
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
     let stdout = drain(child.stdout.take());
-    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
-    stdin.write_all(first.as_bytes()).await.unwrap();
-    stdin.flush().await.unwrap();
-    let applying = until_while_running(&mut child, Duration::from_secs(30), || keys(port) > 0);
-    assert!(applying.await, "the first rows were never applied");
-    // The one wait that must be time: the line's period.
-    tokio::time::sleep_until((started + Duration::from_millis(5_500)).into()).await;
-    stdin.write_all(second.as_bytes()).await.unwrap();
-    stdin.flush().await.unwrap();
-    let mut before = Vec::new();
+    let mut stderr = lines_of(child.stderr.take());
+    // Rows at once, more rows 2.5 s later (both applied within the first
+    // 5 s: no line yet), and the last rows after 5.5 s: the line.
+    for (part, at) in parts.iter().zip([0, 2_500, 5_500]) {
+        tokio::time::sleep_until((started + Duration::from_millis(at)).into()).await;
+        if at == 5_500 {
+            let early: Vec<String> = std::iter::from_fn(|| stderr.try_recv().ok()).collect();
+            assert!(
+                !early.iter().any(|l| l.starts_with("import:")),
+                "a progress line before 5 s: {early:?}"
+            );
+        }
+        let calls = script_calls(port);
+        stdin.write_all(part.as_bytes()).await.unwrap();
+        stdin.flush().await.unwrap();
+        let applying = until_while_running(&mut child, Duration::from_secs(30), || {
+            script_calls(port) > calls
+        });
+        assert!(applying.await, "rows written at {at} ms were never applied");
+    }
     let line = tokio::time::timeout(Duration::from_secs(30), async {
         loop {
-            match stderr.next_line().await.unwrap() {
-                Some(line) if line.starts_with("import:") => return line,
-                Some(other) => before.push(other),
-                None => panic!("stderr ended with no progress line: {before:?}"),
+            let line = stderr
+                .recv()
+                .await
+                .expect("stderr ended with no progress line");
+            if line.starts_with("import:") {
+                return line;
             }
         }
     })
     .await
-    .expect("a progress line within 30 s of the second rows");
+    .expect("a progress line within 30 s of the last rows");
     let elapsed = started.elapsed().as_secs_f64();
     drop(stdin);
     let (rows, rate): (u64, u64) = line
@@ -421,7 +455,7 @@ async fn a_long_import_without_a_terminal_prints_a_plain_progress_line() {
         .and_then(|rest| rest.split_once(" rows, "))
         .and_then(|(n, r)| Some((n.parse().ok()?, r.parse().ok()?)))
         .unwrap_or_else(|| panic!("not `import: N rows, R rows/s`: {line:?}"));
-    assert!(rows > 0 && rows <= 6_000, "{line}");
+    assert!(rows > 0 && rows <= 3 * PART as u64, "{line}");
     // Rows over the run's time so far, which is past the line's 5 s.
     let (n, r) = (rows as f64, rate as f64);
     assert!(
@@ -432,11 +466,7 @@ async fn a_long_import_without_a_terminal_prints_a_plain_progress_line() {
         .await
         .expect("the import ends")
         .unwrap();
-    let mut rest = String::new();
-    while let Some(line) = stderr.next_line().await.unwrap() {
-        rest.push_str(&line);
-    }
     let stdout = stdout.await.unwrap();
-    assert_eq!(status.code(), Some(0), "{stdout}{rest}");
-    assert!(stdout.contains("import done: 6000 rows"), "{stdout}");
+    assert_eq!(status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("import done: 9000 rows"), "{stdout}");
 }
