@@ -133,6 +133,16 @@ pub(crate) fn summary_count(ran: &Ran, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no `{name}` in the summary:\n{}", ran.stdout))
 }
 
+/// N of the `resume with --skip N` an import printed on `stderr`.
+pub(crate) fn resume_hint(stderr: &str) -> u64 {
+    stderr
+        .split("resume with --skip ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no resume hint in:\n{stderr}"))
+}
+
 /// A small deterministic generator (xorshift), so a failure replays.
 pub(crate) struct Rng(pub u64);
 
@@ -496,12 +506,7 @@ async fn ctrl_c_stops_cleanly_and_the_resume_reaches_the_same_state() {
         .await
         .unwrap();
     assert_eq!(status.code(), Some(130), "{stderr}");
-    let skip: u64 = stderr
-        .split("resume with --skip ")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no resume hint in:\n{stderr}"));
+    let skip = resume_hint(&stderr);
     assert!(skip > 0 && skip < 400_000, "stopped at {skip}");
     let resumed = target
         .import(&["--skip", &skip.to_string(), &path], &[])

@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::helpers::{RedisServer, TestRedis, Topology, service_binary};
-use crate::import::{COMBOS, HEADER, Model, Rng, Target, generated, summary_count};
+use crate::import::{COMBOS, HEADER, Model, Rng, Target, generated, resume_hint, summary_count};
 use crate::redis_server::{ServerOptions, redis_cli};
 
 /// One row of [`replay_safe`], as the model applies it.
@@ -290,13 +290,11 @@ async fn redis_killed_mid_import_is_exit_2_and_the_resume_reaches_the_model() {
         stderr.contains("in flight may have been applied"),
         "{stderr}"
     );
-    let skip: usize = stderr
-        .split("resume with --skip ")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no resume hint in:\n{stderr}"));
-    assert!(skip > 0 && skip < rows.len(), "stopped at {skip}");
+    let skip = usize::try_from(resume_hint(&stderr)).unwrap();
+    assert!(
+        skip > 0 && skip < rows.len(),
+        "stopped at {skip} (0: killed before any row was answered)"
+    );
 
     target.redis.restart();
     crate::redis_server::wait_for(
