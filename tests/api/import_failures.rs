@@ -1,7 +1,5 @@
-//! `sticky-routing import` when things go wrong under it: Redis killed in
-//! the middle of a file, Redis forgetting its scripts in the middle of a
-//! file, and the plain progress line of a long run whose stderr is no
-//! terminal.
+//! `sticky-routing import` when Redis fails under it: killed in the middle
+//! of a file, or forgetting its scripts in the middle of a file.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
@@ -9,9 +7,8 @@ use std::time::{Duration, Instant};
 
 use sticky_routing::domain::ids::{CustomerId, MerchantId};
 use sticky_routing::domain::keys::customer_key;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Child;
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::helpers::{RedisServer, TestRedis, Topology, service_binary};
@@ -167,7 +164,7 @@ fn assert_same_state(
 }
 
 /// A child's output, read as it comes so a full pipe never blocks it.
-fn drain(output: Option<impl AsyncRead + Unpin + Send + 'static>) -> JoinHandle<String> {
+pub(crate) fn drain(output: Option<impl AsyncRead + Unpin + Send + 'static>) -> JoinHandle<String> {
     let mut output = output.unwrap();
     tokio::spawn(async move {
         let mut text = String::new();
@@ -190,7 +187,7 @@ fn info(port: u16, section: &str, name: &str) -> Option<u64> {
 
 /// Waits (polling, up to `within`) until `probe` holds; `false` if the
 /// import `child` ended first or the time ran out.
-async fn until_while_running(
+pub(crate) async fn until_while_running(
     child: &mut Child,
     within: Duration,
     probe: impl Fn() -> bool,
@@ -322,7 +319,7 @@ async fn redis_killed_mid_import_is_exit_2_and_the_resume_reaches_the_model() {
 }
 
 /// Script calls run since Redis started, by SHA or with the body.
-fn script_calls(port: u16) -> u64 {
+pub(crate) fn script_calls(port: u16) -> u64 {
     ["cmdstat_evalsha", "cmdstat_eval"]
         .iter()
         .filter_map(|name| info(port, "commandstats", name))
@@ -376,95 +373,4 @@ async fn scripts_flushed_mid_import_are_sent_again_and_the_state_is_exact() {
     let refused = info(port, "errorstats", "errorstat_NOSCRIPT").unwrap_or(0);
     assert!(refused >= recovered as u64, "{refused} NOSCRIPT replies");
     assert_same_state(&target.state().await, &model, &stdout);
-}
-
-/// Lines of a child's stderr as they come.
-fn lines_of(stderr: Option<tokio::process::ChildStderr>) -> mpsc::UnboundedReceiver<String> {
-    let (sender, receiver) = mpsc::unbounded_channel();
-    let mut lines = BufReader::new(stderr.unwrap()).lines();
-    tokio::spawn(async move {
-        while let Ok(Some(line)) = lines.next_line().await {
-            let _ = sender.send(line);
-        }
-    });
-    receiver
-}
-
-#[tokio::test]
-async fn a_long_import_without_a_terminal_prints_a_plain_progress_line() {
-    const PART: usize = 3_000;
-    let target = Target::start(Topology::Single).await;
-    let port = target.redis.data_ports()[0];
-    let (text, _) = generated(3 * PART, 500, 4, 0x5107);
-    let ends: Vec<usize> = text.match_indices('\n').map(|(i, _)| i + 1).collect();
-    let parts = [
-        &text[..ends[PART]],
-        &text[ends[PART]..ends[2 * PART]],
-        &text[ends[2 * PART]..],
-    ];
-    let started = Instant::now();
-    let mut child = service_binary(&target.vars(&[]))
-        .args(["import", "--format", "csv", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let stdout = drain(child.stdout.take());
-    let mut stderr = lines_of(child.stderr.take());
-    // Rows at once, more rows 2.5 s later (both applied within the first
-    // 5 s: no line yet), and the last rows after 5.5 s: the line.
-    for (part, at) in parts.iter().zip([0, 2_500, 5_500]) {
-        tokio::time::sleep_until((started + Duration::from_millis(at)).into()).await;
-        if at == 5_500 {
-            let early: Vec<String> = std::iter::from_fn(|| stderr.try_recv().ok()).collect();
-            assert!(
-                !early.iter().any(|l| l.starts_with("import:")),
-                "a progress line before 5 s: {early:?}"
-            );
-        }
-        let calls = script_calls(port);
-        stdin.write_all(part.as_bytes()).await.unwrap();
-        stdin.flush().await.unwrap();
-        let applying = until_while_running(&mut child, Duration::from_secs(30), || {
-            script_calls(port) > calls
-        });
-        assert!(applying.await, "rows written at {at} ms were never applied");
-    }
-    let line = tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            let line = stderr
-                .recv()
-                .await
-                .expect("stderr ended with no progress line");
-            if line.starts_with("import:") {
-                return line;
-            }
-        }
-    })
-    .await
-    .expect("a progress line within 30 s of the last rows");
-    let elapsed = started.elapsed().as_secs_f64();
-    drop(stdin);
-    let (rows, rate): (u64, u64) = line
-        .strip_prefix("import: ")
-        .and_then(|rest| rest.strip_suffix(" rows/s"))
-        .and_then(|rest| rest.split_once(" rows, "))
-        .and_then(|(n, r)| Some((n.parse().ok()?, r.parse().ok()?)))
-        .unwrap_or_else(|| panic!("not `import: N rows, R rows/s`: {line:?}"));
-    assert!(rows > 0 && rows <= 3 * PART as u64, "{line}");
-    // Rows over the run's time so far, which is past the line's 5 s.
-    let (n, r) = (rows as f64, rate as f64);
-    assert!(
-        r <= n / 5.0 + 1.0 && r + 1.0 >= n / elapsed,
-        "{line} after {elapsed:.1} s"
-    );
-    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
-        .await
-        .expect("the import ends")
-        .unwrap();
-    let stdout = stdout.await.unwrap();
-    assert_eq!(status.code(), Some(0), "{stdout}");
-    assert!(stdout.contains("import done: 9000 rows"), "{stdout}");
 }
