@@ -15,28 +15,28 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::helpers::{SERVICE_PASSWORD, SERVICE_USER, TestRedis, Topology, service_binary};
 
-const HEADER: &str = "merchant_id,customer_id,payment_method,payment_method_type,connector,outcome,count,attempt_id\n";
+pub(crate) const HEADER: &str = "merchant_id,customer_id,payment_method,payment_method_type,connector,outcome,count,attempt_id\n";
 
 /// What one run of the binary did.
-struct Ran {
-    code: i32,
-    stdout: String,
-    stderr: String,
+pub(crate) struct Ran {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
 }
 
 /// A test's Redis.
-struct Target {
-    redis: TestRedis,
+pub(crate) struct Target {
+    pub redis: TestRedis,
 }
 
 impl Target {
-    async fn start(topology: Topology) -> Self {
+    pub async fn start(topology: Topology) -> Self {
         Self {
             redis: TestRedis::start(topology),
         }
     }
 
-    fn vars(&self, extra: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
+    pub fn vars(&self, extra: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
         let mut vars = vec![
             ("STICKY_ROUTING_REDIS_URL", self.redis.url()),
             ("STICKY_ROUTING_REDIS_USERNAME", SERVICE_USER.into()),
@@ -47,12 +47,12 @@ impl Target {
     }
 
     /// Runs `sticky-routing import ARGS` with the settings `extra`.
-    async fn import(&self, args: &[&str], extra: &[(&'static str, &str)]) -> Ran {
+    pub async fn import(&self, args: &[&str], extra: &[(&'static str, &str)]) -> Ran {
         import_with(&self.vars(extra), args, None).await
     }
 
     /// Every customer hash: key → combo → count (attempts left out).
-    async fn state(&self) -> BTreeMap<String, BTreeMap<String, i64>> {
+    pub async fn state(&self) -> BTreeMap<String, BTreeMap<String, i64>> {
         let mut state = BTreeMap::new();
         for port in self.redis.data_ports() {
             let node = Builder::from_config(
@@ -80,7 +80,11 @@ impl Target {
     }
 }
 
-async fn import_with(vars: &[(&'static str, String)], args: &[&str], stdin: Option<&[u8]>) -> Ran {
+pub(crate) async fn import_with(
+    vars: &[(&'static str, String)],
+    args: &[&str],
+    stdin: Option<&[u8]>,
+) -> Ran {
     let mut command = service_binary(vars);
     command.arg("import").args(args);
     command.stdout(Stdio::piped()).stderr(Stdio::piped());
@@ -104,7 +108,7 @@ async fn import_with(vars: &[(&'static str, String)], args: &[&str], stdin: Opti
     }
 }
 
-fn file_with(name: &str, text: &str) -> (tempfile::TempDir, String) {
+pub(crate) fn file_with(name: &str, text: &str) -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(name);
     std::fs::File::create(&path)
@@ -115,7 +119,7 @@ fn file_with(name: &str, text: &str) -> (tempfile::TempDir, String) {
 }
 
 /// The number on the summary line that starts with `name`.
-fn summary_count(ran: &Ran, name: &str) -> u64 {
+pub(crate) fn summary_count(ran: &Ran, name: &str) -> u64 {
     ran.stdout
         .lines()
         .find_map(|line| {
@@ -129,11 +133,21 @@ fn summary_count(ran: &Ran, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no `{name}` in the summary:\n{}", ran.stdout))
 }
 
+/// N of the `resume with --skip N` an import printed on `stderr`.
+pub(crate) fn resume_hint(stderr: &str) -> u64 {
+    stderr
+        .split("resume with --skip ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no resume hint in:\n{stderr}"))
+}
+
 /// A small deterministic generator (xorshift), so a failure replays.
-struct Rng(u64);
+pub(crate) struct Rng(pub u64);
 
 impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
+    pub fn below(&mut self, n: u64) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -141,7 +155,7 @@ impl Rng {
     }
 }
 
-const COMBOS: [(&str, &str, &str); 6] = [
+pub(crate) const COMBOS: [(&str, &str, &str); 6] = [
     ("card", "credit", "stripe"),
     ("card", "credit", "adyen"),
     ("card", "debit", "adyen"),
@@ -154,7 +168,7 @@ const COMBOS: [(&str, &str, &str); 6] = [
 /// the rules make of them with a cap of `cap` combos (the test's model:
 /// success adds, failure subtracts down to deletion, a new combo past the
 /// cap prunes the lowest counts, ties bytewise, never the one written).
-fn generated(rows: usize, customers: u64, cap: usize, seed: u64) -> (String, Model) {
+pub(crate) fn generated(rows: usize, customers: u64, cap: usize, seed: u64) -> (String, Model) {
     let mut rng = Rng(seed);
     let mut text = String::from(HEADER);
     let mut model = Model::default();
@@ -190,13 +204,13 @@ fn generated(rows: usize, customers: u64, cap: usize, seed: u64) -> (String, Mod
     (text, model)
 }
 
-type Model = ModelState;
+pub(crate) type Model = ModelState;
 
 #[derive(Default)]
-struct ModelState(BTreeMap<String, BTreeMap<String, i64>>);
+pub(crate) struct ModelState(pub BTreeMap<String, BTreeMap<String, i64>>);
 
 impl ModelState {
-    fn apply(&mut self, merchant: &str, customer: &str, field: &str, delta: i64, cap: usize) {
+    pub fn apply(&mut self, merchant: &str, customer: &str, field: &str, delta: i64, cap: usize) {
         let key = customer_key(
             &MerchantId::parse(merchant).unwrap(),
             &CustomerId::parse(customer).unwrap(),
@@ -492,12 +506,7 @@ async fn ctrl_c_stops_cleanly_and_the_resume_reaches_the_same_state() {
         .await
         .unwrap();
     assert_eq!(status.code(), Some(130), "{stderr}");
-    let skip: u64 = stderr
-        .split("resume with --skip ")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no resume hint in:\n{stderr}"));
+    let skip = resume_hint(&stderr);
     assert!(skip > 0 && skip < 400_000, "stopped at {skip}");
     let resumed = target
         .import(&["--skip", &skip.to_string(), &path], &[])

@@ -23,6 +23,8 @@ mod health;
 mod health_veto;
 mod helpers;
 mod import;
+mod import_failures;
+mod import_progress;
 mod least_privilege;
 mod load;
 mod loadtest_recipes;

@@ -1,0 +1,378 @@
+//! `sticky-routing import` when Redis fails under it: killed in the middle
+//! of a file, or forgetting its scripts in the middle of a file.
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use sticky_routing::domain::ids::{CustomerId, MerchantId};
+use sticky_routing::domain::keys::customer_key;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Child;
+use tokio::task::JoinHandle;
+
+use crate::helpers::{RedisServer, TestRedis, Topology, service_binary};
+use crate::import::{COMBOS, HEADER, Model, Rng, Target, generated, resume_hint, summary_count};
+use crate::redis_server::{ServerOptions, redis_cli};
+
+/// One row of [`replay_safe`], as the model applies it.
+struct ModelRow {
+    key: String,
+    merchant: String,
+    customer: String,
+    field: String,
+    delta: i64,
+}
+
+/// `customers` × `per_customer` rows with attempt ids, shuffled, that a
+/// resume may send twice without changing the result: the attempt memory
+/// (8 per customer) holds every row of a customer, and a failure only ever
+/// decrements a combo the customer has and never removes the last one (a
+/// failure that writes nothing records no attempt, and one that deletes the
+/// hash deletes the attempts with it: both would be applied again).
+fn replay_safe(
+    customers: u64,
+    per_customer: usize,
+    cap: usize,
+    seed: u64,
+) -> (String, Vec<ModelRow>) {
+    assert!(per_customer <= 8, "more rows than the attempt memory holds");
+    let mut rng = Rng(seed);
+    let mut order: Vec<u64> = (0..customers)
+        .flat_map(|c| std::iter::repeat_n(c, per_customer))
+        .collect();
+    for i in (1..order.len()).rev() {
+        order.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    let mut text = String::from(HEADER);
+    let mut model = Model::default();
+    let mut rows = Vec::with_capacity(order.len());
+    for (i, customer) in order.into_iter().enumerate() {
+        let merchant = format!("merchant_{}", customer % 7);
+        let customer = format!("cus_{customer}");
+        let key = key_of(&merchant, &customer);
+        let (pm, pmt, connector) = COMBOS[rng.below(6) as usize];
+        let field = format!("{}:{}:{connector}", pm.to_uppercase(), pmt.to_uppercase());
+        let count = 1 + rng.below(3) as i64;
+        let keeps_the_hash = model.0.get(&key).is_some_and(|hash| {
+            hash.get(&field)
+                .is_some_and(|&now| now > count || hash.len() > 1)
+        });
+        let success = !keeps_the_hash || rng.below(3) != 0;
+        let outcome = if success {
+            "success"
+        } else {
+            "gateway_failure"
+        };
+        text.push_str(&format!(
+            "{merchant},{customer},{pm},{pmt},{connector},{outcome},{count},att-{i}\n"
+        ));
+        let delta = if success { count } else { -count };
+        model.apply(&merchant, &customer, &field, delta, cap);
+        rows.push(ModelRow {
+            key,
+            merchant,
+            customer,
+            field,
+            delta,
+        });
+    }
+    (text, rows)
+}
+
+fn key_of(merchant: &str, customer: &str) -> String {
+    customer_key(
+        &MerchantId::parse(merchant).unwrap(),
+        &CustomerId::parse(customer).unwrap(),
+    )
+    .as_str()
+    .to_owned()
+}
+
+/// What the model makes of `rows`.
+fn model_of<'a>(rows: impl IntoIterator<Item = &'a ModelRow>, cap: usize) -> Model {
+    let mut model = Model::default();
+    for row in rows {
+        model.apply(&row.merchant, &row.customer, &row.field, row.delta, cap);
+    }
+    model
+}
+
+/// Panics unless every customer's hash in `state` is what its rows before
+/// `done` make, followed by some of its later rows in file order (those
+/// were in flight, and may or may not have been applied).
+fn assert_done_then_some_in_order(
+    state: &BTreeMap<String, BTreeMap<String, i64>>,
+    rows: &[ModelRow],
+    done: usize,
+    cap: usize,
+) {
+    let mut by_customer: BTreeMap<&str, Vec<(usize, &ModelRow)>> = BTreeMap::new();
+    for (index, row) in rows.iter().enumerate() {
+        by_customer.entry(&row.key).or_default().push((index, row));
+    }
+    let unknown: Vec<&String> = state
+        .keys()
+        .filter(|k| !by_customer.contains_key(k.as_str()))
+        .collect();
+    assert!(unknown.is_empty(), "keys no row writes: {unknown:?}");
+    for (key, customer_rows) in by_customer {
+        let mut model = model_of(
+            customer_rows
+                .iter()
+                .filter(|(i, _)| *i < done)
+                .map(|(_, r)| *r),
+            cap,
+        );
+        let mut allowed = vec![model.0.get(key).cloned()];
+        for (_, row) in customer_rows.iter().filter(|(i, _)| *i >= done) {
+            model.apply(&row.merchant, &row.customer, &row.field, row.delta, cap);
+            allowed.push(model.0.get(key).cloned());
+        }
+        let found = state.get(key).cloned();
+        assert!(
+            allowed.contains(&found),
+            "{key} is {found:?}, not its rows before {done} plus some after: {allowed:?}"
+        );
+    }
+}
+
+/// Panics, naming a few customers that differ, unless `state` is what
+/// `model` predicts (the whole maps would be thousands of lines).
+fn assert_same_state(
+    state: &BTreeMap<String, BTreeMap<String, i64>>,
+    model: &Model,
+    summary: &str,
+) {
+    let keys: std::collections::BTreeSet<&String> = state.keys().chain(model.0.keys()).collect();
+    let differ: Vec<_> = keys
+        .into_iter()
+        .filter(|k| state.get(*k) != model.0.get(*k))
+        .collect();
+    let examples: Vec<_> = differ
+        .iter()
+        .take(3)
+        .map(|k| format!("{k}: {:?}, the model: {:?}", state.get(*k), model.0.get(*k)))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "{} of {} customers differ from the model, e.g.\n{}\n{summary}",
+        differ.len(),
+        model.0.len(),
+        examples.join("\n")
+    );
+}
+
+/// A child's output, read as it comes so a full pipe never blocks it.
+pub(crate) fn drain(output: Option<impl AsyncRead + Unpin + Send + 'static>) -> JoinHandle<String> {
+    let mut output = output.unwrap();
+    tokio::spawn(async move {
+        let mut text = String::new();
+        let _ = output.read_to_string(&mut text).await;
+        text
+    })
+}
+
+/// `name:value` of `INFO section` on `port`, as a number.
+fn info(port: u16, section: &str, name: &str) -> Option<u64> {
+    redis_cli(port, &["INFO", section])
+        .lines()
+        .find_map(|line| {
+            let value = line.strip_prefix(name)?.strip_prefix(':')?;
+            // `errorstat_X:count=N`, `cmdstat_X:calls=N,…`, or a plain number.
+            let value = value.split(',').next()?;
+            value.rsplit('=').next()?.trim().parse().ok()
+        })
+}
+
+/// Waits (polling, up to `within`) until `probe` holds; `false` if the
+/// import `child` ended first or the time ran out.
+pub(crate) async fn until_while_running(
+    child: &mut Child,
+    within: Duration,
+    probe: impl Fn() -> bool,
+) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if probe() {
+            return true;
+        }
+        if child.try_wait().unwrap().is_some() {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+/// How many keys Redis on `port` holds.
+fn keys(port: u16) -> u64 {
+    redis_cli(port, &["DBSIZE"]).trim().parse().unwrap_or(0)
+}
+
+/// Whether some connection to Redis on `port` holds bytes Redis has not
+/// read (from the kernel's socket table: Linux only, as the suite is).
+fn unread_input(port: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    table.lines().skip(1).any(|line| {
+        let columns: Vec<&str> = line.split_whitespace().collect();
+        // `sl local_address rem_address st tx_queue:rx_queue …`, in hex.
+        let local_port = columns.get(1).and_then(|a| a.rsplit(':').next());
+        let unread = columns.get(4).and_then(|q| q.split(':').nth(1));
+        let hex = |text: Option<&str>| text.and_then(|t| u64::from_str_radix(t, 16).ok());
+        hex(local_port) == Some(u64::from(port)) && hex(unread).is_some_and(|n| n > 0)
+    })
+}
+
+/// Exit code, stdout and stderr of an import child, within a minute.
+async fn finish(
+    mut child: Child,
+    stdout: JoinHandle<String>,
+    stderr: JoinHandle<String>,
+) -> (i32, String, String) {
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .expect("the import ends")
+        .unwrap();
+    (
+        status.code().unwrap_or(-1),
+        stdout.await.unwrap(),
+        stderr.await.unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn redis_killed_mid_import_is_exit_2_and_the_resume_reaches_the_model() {
+    const CAP: usize = 4;
+    let (text, rows) = replay_safe(6_000, 6, CAP, 0xdead);
+    let (_dir, path) = crate::import::file_with("history.csv", &text);
+    // Every write Redis answered is on disk before the answer leaves it, so
+    // a killed server comes back with at least what the import saw applied.
+    let durable = ServerOptions {
+        args: ["--appendonly", "yes", "--appendfsync", "always"]
+            .map(String::from)
+            .to_vec(),
+        ..ServerOptions::default()
+    };
+    let mut target = Target {
+        redis: TestRedis::Single(RedisServer::start_with(durable)),
+    };
+    let port = target.redis.server().port;
+    let cap = CAP.to_string();
+    let limits = [("STICKY_ROUTING_MAX_COMBOS_PER_CUSTOMER", cap.as_str())];
+    let mut child = service_binary(&target.vars(&limits))
+        .args(["import", "--no-admission", &path])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (stdout, stderr) = (drain(child.stdout.take()), drain(child.stderr.take()));
+    // 90% of the customers: past the first rows' answers (the first 8192
+    // rows name about 75%), and far from the end of the file.
+    let writing =
+        until_while_running(&mut child, Duration::from_secs(30), || keys(port) >= 5_400).await;
+    assert!(
+        writing,
+        "the import wrote nothing, or ended before Redis was killed"
+    );
+    // Frozen first, so that Redis dies with the import's next rows sent and
+    // unanswered: the case where they may or may not have been applied.
+    target.redis.signal("-STOP");
+    let sent = until_while_running(&mut child, Duration::from_secs(20), || unread_input(port));
+    assert!(sent.await, "the import sent nothing to the frozen Redis");
+    target.redis.stop();
+    let (code, stdout, stderr) = finish(child, stdout, stderr).await;
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("in flight may have been applied"),
+        "{stderr}"
+    );
+    let skip = usize::try_from(resume_hint(&stderr)).unwrap();
+    assert!(
+        skip > 0 && skip < rows.len(),
+        "stopped at {skip} (0: killed before any row was answered)"
+    );
+
+    target.redis.restart();
+    crate::redis_server::wait_for(
+        Duration::from_secs(20),
+        Duration::from_millis(20),
+        "Redis never finished loading its append-only file",
+        || (info(port, "persistence", "loading") == Some(0)).then_some(()),
+    );
+    assert_done_then_some_in_order(&target.state().await, &rows, skip, CAP);
+    // The resume needs no disk.
+    redis_cli(port, &["CONFIG", "SET", "appendonly", "no"]);
+    let resumed = target
+        .import(
+            &["--no-admission", "--skip", &skip.to_string(), &path],
+            &limits,
+        )
+        .await;
+    assert_eq!(resumed.code, 0, "{}{}", resumed.stdout, resumed.stderr);
+    assert_eq!(summary_count(&resumed, "skipped (--skip)"), skip as u64);
+    assert_same_state(
+        &target.state().await,
+        &model_of(&rows, CAP),
+        &resumed.stdout,
+    );
+}
+
+/// Script calls run since Redis started, by SHA or with the body.
+pub(crate) fn script_calls(port: u16) -> u64 {
+    ["cmdstat_evalsha", "cmdstat_eval"]
+        .iter()
+        .filter_map(|name| info(port, "commandstats", name))
+        .sum()
+}
+
+#[tokio::test]
+async fn scripts_flushed_mid_import_are_sent_again_and_the_state_is_exact() {
+    // As restarts or failovers would come, now and then: each flush waits
+    // until the import has loaded the scripts again and run more of them (a
+    // row refused over and over stops the import, on purpose). A refused
+    // row must also not be overtaken by its customer's later rows: the
+    // model, in file order, would see that.
+    const FLUSHES: usize = 5;
+    let target = Target::start(Topology::Single).await;
+    let port = target.redis.data_ports()[0];
+    let (text, model) = generated(150_000, 5_000, 4, 0xf1a5);
+    let (_dir, path) = crate::import::file_with("history.csv", &text);
+    let limits = [("STICKY_ROUTING_MAX_COMBOS_PER_CUSTOMER", "4")];
+    let mut child = service_binary(&target.vars(&limits))
+        .args(["import", "--no-admission", &path])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (stdout, stderr) = (drain(child.stdout.take()), drain(child.stderr.take()));
+    let cached = || info(port, "memory", "number_of_cached_scripts").unwrap_or(0) > 0;
+    // Flushes after which the import loaded the scripts again: it had met
+    // NOSCRIPT.
+    let mut recovered = 0;
+    for flush in 0..=FLUSHES {
+        if !until_while_running(&mut child, Duration::from_secs(30), cached).await {
+            break;
+        }
+        if flush > 0 {
+            recovered += 1;
+        }
+        let before = script_calls(port);
+        let ran_more = until_while_running(&mut child, Duration::from_secs(30), || {
+            script_calls(port) > before
+        });
+        if flush == FLUSHES || !ran_more.await {
+            break;
+        }
+        redis_cli(port, &["SCRIPT", "FLUSH"]);
+    }
+    let (code, stdout, stderr) = finish(child, stdout, stderr).await;
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        recovered >= 3,
+        "only {recovered} flushes hit the import before it ended: make the file bigger"
+    );
+    let refused = info(port, "errorstats", "errorstat_NOSCRIPT").unwrap_or(0);
+    assert!(refused >= recovered as u64, "{refused} NOSCRIPT replies");
+    assert_same_state(&target.state().await, &model, &stdout);
+}
