@@ -22,7 +22,9 @@ use fred::types::scripts::Script;
 use fred::types::{ClusterHash, CustomCommand};
 use fred::util::redis_keyslot;
 
+use super::chunks::chunks;
 use super::error::{CallKind, NotApplied, StorageError};
+use super::scripts::batch_body;
 use super::store::{Backend, RedisStore};
 use crate::domain::admission::{Decision, WindowCounters};
 use crate::domain::attempts::AttemptDigest;
@@ -198,10 +200,11 @@ fn no_connection() -> StorageError {
 /// calls on the same Redis wait little behind an import.
 const CALLS_PER_SCRIPT: usize = 64;
 
-/// One connection's calls: in chunks of [`CALLS_PER_SCRIPT`] (on Cluster,
-/// of one slot each, as a script's keys must be), one EVALSHA of the batch
-/// script per chunk, all written as one pipeline, then every reply read.
-/// Each outcome comes back with its call's index.
+/// One connection's calls: in chunks of at most [`CALLS_PER_SCRIPT`] (see
+/// `chunks.rs`: a key's calls stay in one chunk when they fit; on Cluster a
+/// chunk holds one slot), one script call per chunk, all written as one
+/// pipeline, then every reply read. Each outcome comes back with its
+/// call's index.
 async fn send_pipeline(
     client: &Client,
     script: &Script,
@@ -209,16 +212,22 @@ async fn send_pipeline(
     by_slot: bool,
     kind: CallKind,
 ) -> Vec<(usize, CallOutcome)> {
-    let chunks = chunks(group, by_slot);
+    let chunks = chunks(group, by_slot, CALLS_PER_SCRIPT);
     let mut indices = Vec::with_capacity(chunks.len());
     let pipeline = client.pipeline();
     for chunk in chunks {
         let slot = chunk
+            .calls
             .first()
             .map_or(0, |(_, call)| redis_keyslot(call.key.as_bytes()));
-        let (these, line) = script_line(script.sha1(), chunk);
+        let (name, sent): (_, &str) = if chunk.with_body {
+            ("EVAL", batch_body())
+        } else {
+            ("EVALSHA", script.sha1())
+        };
+        let (these, line) = script_line(sent, chunk.calls);
         indices.push(these);
-        let command = CustomCommand::new_static("EVALSHA", ClusterHash::Custom(slot), false);
+        let command = CustomCommand::new_static(name, ClusterHash::Custom(slot), false);
         if let Err(error) = pipeline.custom::<(), _>(command, line).await {
             let failed = StorageError::from_redis(&error, kind);
             return every(indices.concat(), || CallOutcome::Failed(failed.clone()));
@@ -240,41 +249,14 @@ async fn send_pipeline(
     outcomes
 }
 
-/// `group` cut into the calls of one EVALSHA each, every key's calls kept
-/// in order. On Cluster a chunk holds one slot's calls (a key's calls all
-/// share its slot, so their order holds).
-fn chunks(group: Vec<(usize, ScriptCall)>, by_slot: bool) -> Vec<Vec<(usize, ScriptCall)>> {
-    let mut lanes: Vec<Vec<(usize, ScriptCall)>> = Vec::new();
-    if by_slot {
-        let mut lane_of: HashMap<u16, usize> = HashMap::new();
-        for entry in group {
-            let slot = redis_keyslot(entry.1.key.as_bytes());
-            let lane = *lane_of.entry(slot).or_insert_with(|| {
-                lanes.push(Vec::new());
-                lanes.len() - 1
-            });
-            lanes[lane].push(entry);
-        }
-    } else {
-        lanes.push(group);
-    }
-    let mut chunks = Vec::new();
-    for lane in lanes {
-        let mut lane = lane.into_iter().peekable();
-        while lane.peek().is_some() {
-            chunks.push(lane.by_ref().take(CALLS_PER_SCRIPT).collect());
-        }
-    }
-    chunks
-}
-
-/// The batch script's EVALSHA arguments for `chunk` (see
-/// `scripts/batch.lua`): the keys, then each call's script, argument count
-/// and arguments. Also gives back the calls' indices, in order.
-fn script_line(sha1: &str, chunk: Vec<(usize, ScriptCall)>) -> (Vec<usize>, Vec<Value>) {
+/// The batch script's arguments for `chunk` (see `scripts/batch.lua`),
+/// after `script` (its SHA1 or its body): the keys, then each call's
+/// script, argument count and arguments. Also gives back the calls'
+/// indices, in order.
+fn script_line(script: &str, chunk: Vec<(usize, ScriptCall)>) -> (Vec<usize>, Vec<Value>) {
     let argc: usize = chunk.iter().map(|(_, call)| call.args.len() + 2).sum();
     let mut line = Vec::with_capacity(2 + chunk.len() + argc);
-    line.push(Value::from(sha1));
+    line.push(Value::from(script));
     line.push(Value::from(chunk.len() as i64));
     let mut arguments = Vec::with_capacity(argc);
     let mut indices = Vec::with_capacity(chunk.len());

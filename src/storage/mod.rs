@@ -1,14 +1,16 @@
 //! The Redis adapter: [`RedisStore`] keeps the customer state in Redis and
 //! runs the domain rules there atomically.
 //!
-//! Every command and script touches exactly one key, so the same code runs
-//! on a single node and on Redis Cluster. On Cluster each call goes, by its
+//! Every command and script the service sends touches exactly one key, so
+//! the same code runs on a single node and on Redis Cluster (the bulk
+//! import's batched script calls touch keys of one slot each). On Cluster each call goes, by its
 //! key's slot, to a pool of the primary that owns it (`cluster.rs`), so one
 //! shard's failover stalls no other shard. Writes are never retried behind
 //! the caller's back (a lost reply after HINCRBY would otherwise count
 //! twice), and every call has a timeout no longer than the caller's deadline.
 
 mod batch;
+mod chunks;
 mod cluster;
 mod error;
 mod memory_watch;

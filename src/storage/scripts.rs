@@ -90,6 +90,12 @@ pub struct Scripts {
     pub batch: Script,
 }
 
+/// The batch script's body, for a call that must not be refused with
+/// NOSCRIPT (`chunks.rs`).
+pub(super) fn batch_body() -> &'static str {
+    BATCH
+}
+
 /// The batch script: the three scripts' files, each wrapped unchanged as a
 /// function of `(KEYS, ARGV)` that shadows Redis's globals, then the loop
 /// that calls them. Built from the same files, so a row of the import runs
