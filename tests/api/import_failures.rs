@@ -284,7 +284,7 @@ async fn redis_killed_mid_import_is_exit_2_and_the_resume_reaches_the_model() {
     let (code, stdout, stderr) = finish(child, stdout, stderr).await;
     assert_eq!(code, 2, "{stdout}{stderr}");
     assert!(
-        stderr.contains("in flight may have been applied"),
+        stderr.contains("rows from there on may already have been applied"),
         "{stderr}"
     );
     let skip = usize::try_from(resume_hint(&stderr)).unwrap();
