@@ -3,8 +3,9 @@
 //!
 //! A round sends every row it holds at once ([`RedisStore::run_batch`]: one
 //! pipeline per connection, many rows per script call, a customer's rows on
-//! one connection in order). Two rounds run at once, on customers of
+//! one connection in order). Four rounds run at once, on customers of
 //! different lanes (`lanes.rs`).
+//!
 //! A success for a customer with no hash yet writes nothing and answers
 //! "needs admission"; that row then asks the memory guard and the
 //! merchant's budget, and is written with `create` (two more batched round

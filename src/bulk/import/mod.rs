@@ -2,7 +2,7 @@
 //! applied through RecordOutcome's validation, rules, scripts and admission.
 //!
 //! A reader thread parses the file while rounds of rows are applied
-//! ([`apply`]) on two lanes of customers at once ([`lanes`]), so parsing,
+//! ([`apply`]) on four lanes of customers at once ([`lanes`]), so parsing,
 //! the importer's work and Redis's all overlap. Rows are numbered among the
 //! file's data rows; "resume with --skip N" is printed whenever the import
 //! stops early, N being a row count such that every row before it is
@@ -11,7 +11,7 @@
 //!
 //! A Redis error that leaves rows unanswered (a timeout, a lost connection)
 //! stops the import with exit code 2. Those rows may or may not have been
-//! applied, and the other lane finishes its rows, so the N printed is the
+//! applied, and the other lanes finish their rows, so the N printed is the
 //! first unfinished row and rows after it may already have been applied:
 //! resuming sends them again, which applies them twice only if they carry
 //! no `attempt_id`. The message says so.
@@ -45,7 +45,7 @@ use summary::{Summary, Tally};
 /// Rows per round of a lane: a few thousand per connection make a round
 /// trip's cost small against the scripts' own time (bench/README.md,
 /// "Import").
-const ROUND_ROWS: usize = 8192;
+const ROUND_ROWS: usize = 4096;
 /// Rows the reader hands over at once.
 const CHUNK_ROWS: usize = 1024;
 /// One batch is a pipeline of thousands of rows, answered when all have
