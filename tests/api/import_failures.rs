@@ -187,6 +187,23 @@ fn info(port: u16, section: &str, name: &str) -> Option<u64> {
 
 /// Waits (polling, up to `within`) until `probe` holds; `false` if the
 /// import `child` ended first or the time ran out.
+/// `import --no-admission FILE` against `target`, its output drained as it
+/// comes.
+fn spawn_import(
+    target: &Target,
+    vars: &[(&'static str, &str)],
+    path: &str,
+) -> (Child, JoinHandle<String>, JoinHandle<String>) {
+    let mut child = service_binary(&target.vars(vars))
+        .args(["import", "--no-admission", path])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (stdout, stderr) = (drain(child.stdout.take()), drain(child.stderr.take()));
+    (child, stdout, stderr)
+}
+
 pub(crate) async fn until_while_running(
     child: &mut Child,
     within: Duration,
@@ -260,13 +277,7 @@ async fn redis_killed_mid_import_is_exit_2_and_the_resume_reaches_the_model() {
     let port = target.redis.server().port;
     let cap = CAP.to_string();
     let limits = [("STICKY_ROUTING_MAX_COMBOS_PER_CUSTOMER", cap.as_str())];
-    let mut child = service_binary(&target.vars(&limits))
-        .args(["import", "--no-admission", &path])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (stdout, stderr) = (drain(child.stdout.take()), drain(child.stderr.take()));
+    let (mut child, stdout, stderr) = spawn_import(&target, &limits, &path);
     // 90% of the customers: past the first rows' answers (the first 8192
     // rows name about 75%), and far from the end of the file.
     let writing =
@@ -339,13 +350,7 @@ async fn scripts_flushed_mid_import_are_sent_again_and_the_state_is_exact() {
     let (text, model) = generated(150_000, 5_000, 4, 0xf1a5);
     let (_dir, path) = crate::import::file_with("history.csv", &text);
     let limits = [("STICKY_ROUTING_MAX_COMBOS_PER_CUSTOMER", "4")];
-    let mut child = service_binary(&target.vars(&limits))
-        .args(["import", "--no-admission", &path])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (stdout, stderr) = (drain(child.stdout.take()), drain(child.stderr.take()));
+    let (mut child, stdout, stderr) = spawn_import(&target, &limits, &path);
     let cached = || info(port, "memory", "number_of_cached_scripts").unwrap_or(0) > 0;
     // Flushes after which the import loaded the scripts again: it had met
     // NOSCRIPT.
