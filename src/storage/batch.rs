@@ -169,11 +169,17 @@ impl RedisStore {
         }
     }
 
-    pub(crate) fn admit_call(&self, key: &str, request: AdmissionRequest) -> ScriptCall {
+    /// `asking` new customers of one merchant, in one call.
+    pub(crate) fn admit_call(
+        &self,
+        key: &str,
+        request: AdmissionRequest,
+        asking: u32,
+    ) -> ScriptCall {
         ScriptCall {
             script: ScriptName::Admit,
             key: key.to_owned(),
-            args: admit_args(request),
+            args: admit_args(request, Some(asking)),
         }
     }
 }
@@ -369,12 +375,17 @@ pub(super) fn failure_args(
     args
 }
 
-pub(super) fn admit_args(request: AdmissionRequest) -> Vec<Value> {
-    vec![
+/// admit.lua's arguments. `asking` (bulk import: that many new customers
+/// of the merchant at once) is sent only when given, as `times` is for the
+/// writes.
+pub(super) fn admit_args(request: AdmissionRequest, asking: Option<u32>) -> Vec<Value> {
+    let mut args = vec![
         Value::from(request.now_ms.to_string()),
         Value::from(request.window_ms.to_string()),
         Value::from(request.budget.to_string()),
-    ]
+    ];
+    args.extend(asking.map(|n| Value::from(n.to_string())));
+    args
 }
 
 /// record_success.lua's reply. `None`: the hash is absent and the call did
@@ -406,6 +417,22 @@ pub(crate) fn failure_reply(reply: &[i64]) -> Result<Recorded, StorageError> {
         [-1, _] => Err(foreign_value("the customer's hash")),
         _ => Err(StorageError::Unexpected(format!(
             "record_failure replied {reply:?}"
+        ))),
+    }
+}
+
+/// admit.lua's reply to `asking` customers at once: how many of them, the
+/// first ones, were admitted.
+pub(crate) fn admitted_of(reply: &[i64], asking: u32) -> Result<u32, StorageError> {
+    match *reply {
+        [admitted, _, current, previous]
+            if (0..=i64::from(asking)).contains(&admitted) && current >= 0 && previous >= 0 =>
+        {
+            Ok(u32::try_from(admitted).unwrap_or(asking))
+        }
+        [-1, ..] => Err(foreign_value("the merchant's admission key")),
+        _ => Err(StorageError::Unexpected(format!(
+            "admit replied {reply:?} to {asking} customers"
         ))),
     }
 }

@@ -22,7 +22,9 @@ mod store;
 mod timing;
 mod tls;
 
-pub(crate) use batch::{CallOutcome, ScriptCall, admit_reply, failure_reply, success_reply};
+#[cfg(test)]
+pub(crate) use batch::admit_reply;
+pub(crate) use batch::{CallOutcome, ScriptCall, admitted_of, failure_reply, success_reply};
 pub use error::{ConnectError, NoAnswer, NotApplied, StorageError};
 pub use scan::{HashContents, HashScanner, ScanError, ScannedHash};
 pub use settings::{ClientCertFiles, RedisSetting, RedisSettings, Secret, TlsFiles, redact_url};

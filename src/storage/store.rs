@@ -504,7 +504,12 @@ impl RedisStore {
         deadline: Instant,
     ) -> Result<Decision, StorageError> {
         let reply = self
-            .run_script(&self.scripts.admit, key, admit_args(request), deadline)
+            .run_script(
+                &self.scripts.admit,
+                key,
+                admit_args(request, None),
+                deadline,
+            )
             .await?;
         admit_reply(&reply)
     }

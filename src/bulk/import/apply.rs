@@ -19,7 +19,7 @@
 //! meanwhile) is kept as applied. With `--no-admission` every success may
 //! create, so a round is one trip.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::rows::Row;
 use super::summary::Tally;
@@ -29,7 +29,7 @@ use crate::domain::counts::{Outcome, Recorded};
 use crate::domain::keys::{self, CustomerKey};
 use crate::record::unix_millis;
 use crate::storage::{
-    AdmissionRequest, CallOutcome, RedisStore, ScriptCall, StorageError, SuccessWrite, admit_reply,
+    AdmissionRequest, CallOutcome, RedisStore, ScriptCall, StorageError, SuccessWrite, admitted_of,
     failure_reply, success_reply,
 };
 
@@ -72,7 +72,13 @@ pub struct Applier<'a> {
     pub no_admission: bool,
 }
 
+/// How many customers one admission call asks for.
+fn asking_of(group: &[Pending]) -> u32 {
+    u32::try_from(group.len()).unwrap_or(u32::MAX)
+}
+
 /// A row's answer from one step.
+#[derive(Clone)]
 enum Step {
     Done(Recorded),
     /// A success for a customer with no hash: admission decides.
@@ -209,36 +215,52 @@ impl Applier<'_> {
                 asking.push(pending);
             }
         }
+        // One call per merchant for all of its new customers of the round,
+        // in file order: each decided as if alone, one after the other.
+        let mut merchants: Vec<Vec<Pending>> = Vec::new();
+        let mut merchant_at: HashMap<String, usize> = HashMap::new();
+        for pending in asking {
+            let merchant = pending.row.command.merchant.as_str().to_owned();
+            let at = *merchant_at.entry(merchant).or_insert_with(|| {
+                merchants.push(Vec::new());
+                merchants.len() - 1
+            });
+            merchants[at].push(pending);
+        }
         let now_ms = unix_millis();
-        let calls = asking
+        let calls = merchants
             .iter()
-            .map(|p| {
-                let merchant = &p.row.command.merchant;
+            .map(|group| {
+                let merchant = &group[0].row.command.merchant;
                 let request = AdmissionRequest {
                     now_ms,
                     window_ms: self.rules.admission_window_ms(),
                     budget: self.rules.budgets.for_merchant(merchant),
                 };
+                let key = keys::admission_key(merchant);
                 self.store
-                    .admit_call(keys::admission_key(merchant).as_str(), request)
+                    .admit_call(key.as_str(), request, asking_of(group))
             })
             .collect();
         let decisions = self.store.run_batch(calls).await;
-        let mut admitted = Vec::with_capacity(asking.len());
-        for (pending, outcome) in asking.into_iter().zip(decisions) {
-            let step = match outcome {
-                CallOutcome::Replied(reply) => match admit_reply(&reply) {
-                    Ok(decision) if decision.admitted => {
-                        admitted.push(pending);
-                        continue;
-                    }
-                    Ok(_) => Step::Done(Recorded::NotAdmitted(AdmissionRefusal::Budget)),
-                    Err(error) => Step::Refused(error),
+        let mut admitted = Vec::new();
+        for (group, outcome) in merchants.into_iter().zip(decisions) {
+            let (step, first) = match outcome {
+                CallOutcome::Replied(reply) => match admitted_of(&reply, asking_of(&group)) {
+                    Ok(n) => (
+                        Step::Done(Recorded::NotAdmitted(AdmissionRefusal::Budget)),
+                        n,
+                    ),
+                    Err(error) => (Step::Refused(error), 0),
                 },
-                CallOutcome::NotRun => Step::Again,
-                CallOutcome::Failed(error) => Step::Lost(error),
+                CallOutcome::NotRun => (Step::Again, 0),
+                CallOutcome::Failed(error) => (Step::Lost(error), 0),
             };
-            self.not_done(pending, step, tally, report, held, fatal);
+            let mut group = group.into_iter();
+            admitted.extend(group.by_ref().take(first as usize));
+            for pending in group {
+                self.not_done(pending, step.clone(), tally, report, held, fatal);
+            }
         }
         if admitted.is_empty() {
             return;

@@ -5,11 +5,16 @@
 --
 -- KEYS[1]  the merchant's admission hash: fields w (window index), cur, prev
 -- ARGV[1]  now in ms   ARGV[2]  window length in ms   ARGV[3]  the budget
--- Returns {admitted (0|1), window, current, previous} after the request, or
--- {-1, 0, 0, 0} with nothing written when a stored value is not a whole
--- number (not one this service writes).
+-- ARGV[4]  optional: how many new customers ask at once (bulk import), each
+--          decided as if alone, one after the other; absent means 1, so
+--          RecordOutcome's calls are unchanged
+-- Returns {admitted, window, current, previous} after the request, admitted
+-- being how many were admitted (0 or 1 for one), or {-1, 0, 0, 0} with
+-- nothing written when a stored value is not a whole number (not one this
+-- service writes).
 local key = KEYS[1]
 local now, window, budget = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local asking = tonumber(ARGV[4] or '1')
 local now_window = math.floor(now / window)
 
 local stored = redis.call('HMGET', key, 'w', 'cur', 'prev')
@@ -33,11 +38,14 @@ local elapsed = now - w * window
 if elapsed < 0 then elapsed = 0 elseif elapsed > window then elapsed = window end
 local fraction = elapsed / window
 
-if (cur + prev * (1.0 - fraction)) + 1.0 <= budget then
+local admitted = 0
+while admitted < asking and (cur + prev * (1.0 - fraction)) + 1.0 <= budget do
   cur = cur + 1
+  admitted = admitted + 1
+end
+if admitted > 0 then
   redis.call('HSET', key,
     'w', string.format('%d', w), 'cur', string.format('%d', cur), 'prev', string.format('%d', prev))
   redis.call('PEXPIRE', key, string.format('%d', 2 * window))
-  return {1, w, cur, prev}
 end
-return {0, w, cur, prev}
+return {admitted, w, cur, prev}

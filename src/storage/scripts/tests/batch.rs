@@ -143,7 +143,7 @@ async fn batched(store: &RedisStore, merchant: &str, ops: &[Op]) -> Vec<Answer> 
                 store.failure_call(key.as_str(), write.field(), 100, digest(write.attempt), 1)
             }
             Op::Admit { budget } => {
-                store.admit_call(admission_key(merchant).as_str(), request(budget))
+                store.admit_call(admission_key(merchant).as_str(), request(budget), 1)
             }
         })
         .collect();

@@ -1,10 +1,11 @@
-//! The optional count argument of the write scripts (bulk import): a row
-//! standing for n outcomes moves a count by n, with the same floor, delete
-//! and attempt rules as n single calls would.
+//! The optional count arguments (bulk import): a row standing for n
+//! outcomes moves a count by n, with the same floor, delete and attempt
+//! rules as n single calls would; n new customers asking admission at once
+//! get what n single asks, one after the other, would.
 
 use super::*;
 use crate::domain::attempts::AttemptId;
-use crate::storage::{CallOutcome, failure_reply, success_reply};
+use crate::storage::{CallOutcome, admitted_of, failure_reply, success_reply};
 
 /// Runs one call as a batch of one; the script's reply.
 fn run_one(h: &Harness, call: crate::storage::ScriptCall) -> Vec<i64> {
@@ -102,4 +103,50 @@ fn a_counted_row_with_an_attempt_is_one_attempt() {
     );
     // raw: the attempts field beside it is binary.
     assert_eq!(h.raw(&key)[field], b"4".to_vec());
+}
+
+#[test]
+fn asking_admission_for_n_at_once_is_n_asks_one_after_the_other() {
+    let h = Harness::new();
+    h.runtime.block_on(h.store.preload_batch_script()).unwrap();
+    let inputs = (
+        proptest::option::of((0i64..6, 0u64..6, 0u64..6)),
+        0i64..6_000,
+        1i64..2_000,
+        0u64..12,
+        1u32..10,
+    );
+    runner()
+        .run(&inputs, |(stored, now, window, budget, asking)| {
+            let fields: HashMap<String, i64> =
+                stored.map_or_else(HashMap::new, |(w, cur, prev): (i64, u64, u64)| {
+                    HashMap::from([
+                        ("w".into(), w),
+                        ("cur".into(), cur as i64),
+                        ("prev".into(), prev as i64),
+                    ])
+                });
+            let request = AdmissionRequest {
+                now_ms: now,
+                window_ms: window,
+                budget,
+            };
+            let (alone, together) = (admission_key("alone"), admission_key("together"));
+            h.arrange(&alone, &fields);
+            h.arrange(&together, &fields);
+            let mut one_by_one = 0;
+            for _ in 0..asking {
+                let decision = h
+                    .runtime
+                    .block_on(h.store.admit(&alone, request, deadline()))
+                    .unwrap();
+                one_by_one += u32::from(decision.admitted);
+            }
+            let call = h.store.admit_call(together.as_str(), request, asking);
+            let at_once = admitted_of(&run_one(&h, call), asking).unwrap();
+            prop_assert_eq!(at_once, one_by_one);
+            prop_assert_eq!(h.hash(&together), h.hash(&alone));
+            Ok(())
+        })
+        .unwrap();
 }
