@@ -438,6 +438,23 @@ async fn a_spent_budget_makes_new_customers_not_admitted_with_exit_0() {
     assert_eq!(target.state().await.len(), 1);
 }
 
+#[tokio::test]
+async fn a_budget_of_three_admits_three_of_ten_new_customers() {
+    let target = Target::start(Topology::Single).await;
+    let mut text = String::from(HEADER);
+    for customer in 0..10 {
+        text.push_str(&format!("mthree,c{customer},card,credit,stripe,success,1,\n"));
+    }
+    let (_dir, path) = file_with("rows.csv", &text);
+    let ran = target
+        .import(&[&path], &[("STICKY_ROUTING_MAX_CUSTOMERS_mthree", "3")])
+        .await;
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert_eq!(summary_count(&ran, "applied success"), 3);
+    assert_eq!(summary_count(&ran, "not_admitted (budget)"), 7);
+    assert_eq!(target.state().await.len(), 3);
+}
+
 /// Three rows per customer whose result depends on their order: success,
 /// failure, success leaves 1; any other order leaves 2 (or 1 from a
 /// different path).
