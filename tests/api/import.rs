@@ -443,7 +443,9 @@ async fn a_budget_of_three_admits_three_of_ten_new_customers() {
     let target = Target::start(Topology::Single).await;
     let mut text = String::from(HEADER);
     for customer in 0..10 {
-        text.push_str(&format!("mthree,c{customer},card,credit,stripe,success,1,\n"));
+        text.push_str(&format!(
+            "mthree,c{customer},card,credit,stripe,success,1,\n"
+        ));
     }
     let (_dir, path) = file_with("rows.csv", &text);
     let ran = target

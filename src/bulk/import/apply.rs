@@ -9,7 +9,8 @@
 //! A success for a customer with no hash yet writes nothing and answers
 //! "needs admission"; that row then asks the memory guard and the
 //! merchant's budget, and is written with `create` (two more batched round
-//! trips for all such rows of the round together). Once a row of a customer
+//! trips for all such rows of the round together; one budget call per
+//! merchant asks for all of its new customers, each decided as if alone). Once a row of a customer
 //! is held back this way, or could not run (NOSCRIPT, a moved slot), the
 //! customer's later rows of the round are held too, for the next round:
 //! they ran against a hash that did not exist yet, so they wrote nothing
