@@ -10,9 +10,10 @@
 //! "needs admission"; that row then asks the memory guard and the
 //! merchant's budget, and is written with `create` (two more batched round
 //! trips for all such rows of the round together; one budget call per
-//! merchant asks for all of its new customers, each decided as if alone). Once a row of a customer
-//! is held back this way, or could not run (NOSCRIPT, a moved slot), the
-//! customer's later rows of the round are held too, for the next round:
+//! merchant asks for all of its new customers, each decided as if alone).
+//! Once a row of a customer is held back this way, or could not run
+//! (NOSCRIPT, a moved slot), the customer's later rows of the round are
+//! held too, for the next round:
 //! they ran against a hash that did not exist yet, so they wrote nothing
 //! (a success without `create` and a failure on an absent hash never
 //! write), and sending them again cannot apply anything twice. A later row
