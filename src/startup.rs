@@ -15,8 +15,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tonic::transport::Server;
-use tonic::transport::server::Router;
+use tonic::service::Routes;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
@@ -30,11 +29,10 @@ use crate::transport::admin::AdminClients;
 use crate::transport::gate::ApiGate;
 use crate::transport::health::{API_SERVICE, DrainingHealth};
 use crate::transport::pb::sticky_routing_server::StickyRoutingServer;
+use crate::transport::server::{GrpcServer, Lifetime, MAX_MESSAGE_BYTES};
 use crate::transport::tls::{ServerTls, TlsFileProblem};
 use crate::transport::{StickyRoutingService, pb};
 
-/// The largest request accepted; real ones are well under 8 KiB.
-pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 /// How long start-up waits for Redis before serving without it.
 const REDIS_CONNECT_WAIT: Duration = Duration::from_secs(2);
 
@@ -54,8 +52,6 @@ pub enum StartupError {
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("cannot set up gRPC TLS: {0}")]
     Tls(#[from] TlsFileProblem),
-    #[error("gRPC server failed: {0}")]
-    Serve(#[from] tonic::transport::Error),
     #[error("in-flight calls did not finish within the {0:?} shutdown grace period")]
     GraceExpired(Duration),
 }
@@ -67,11 +63,11 @@ pub struct Application {
     /// gRPC over TLS when set.
     tls: Option<Arc<ServerTls>>,
     /// The plaintext health-only listener and its server, unless off.
-    health_listener: Option<(TcpListener, SocketAddr, Router)>,
+    health_listener: Option<(TcpListener, SocketAddr, GrpcServer)>,
     metrics_listener: TcpListener,
     metrics_addr: SocketAddr,
     /// The gRPC server with every service added.
-    router: Router,
+    server: GrpcServer,
     health: HealthReporter,
     /// Ends the health Watch streams once every status is NOT_SERVING.
     watches_end: CancellationToken,
@@ -109,13 +105,15 @@ impl Application {
         health
             .set_service_status(API_SERVICE, ServingStatus::NotServing)
             .await;
+        let lifetime = Lifetime {
+            max_age: settings.max_connection_age,
+            grace: settings.max_connection_age_grace,
+        };
         let health_listener = match settings.health_listen_addr {
             Some(addr) => {
                 let (listener, addr) = bind(addr).await?;
-                let router = Server::builder()
-                    .timeout(CALL_BOUND)
-                    .add_service(health_service.clone());
-                Some((listener, addr, router))
+                let server = GrpcServer::new(Routes::new(health_service.clone()), 0, lifetime);
+                Some((listener, addr, server))
             }
             None => None,
         };
@@ -143,13 +141,11 @@ impl Application {
             settings.max_in_flight,
             metrics.clone(),
         );
-        let router = grpc_server(settings.max_in_flight)
-            .max_connection_age(jittered(settings.max_connection_age))
-            .max_connection_age_grace(settings.max_connection_age_grace)
-            .add_service(health_service)
+        let routes = Routes::new(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
             .add_service(api);
+        let server = GrpcServer::new(routes, settings.max_in_flight, lifetime);
         Ok(Self {
             grpc_listener,
             grpc_addr,
@@ -157,7 +153,7 @@ impl Application {
             health_listener,
             metrics_listener,
             metrics_addr,
-            router,
+            server,
             health,
             watches_end,
             store,
@@ -224,73 +220,10 @@ async fn wait_for_redis(store: &RedisStore, redacted_url: &str) {
     }
 }
 
-/// The longest any call may take on the server, whatever its deadline says
-/// and however slowly its request body arrives: a client that opens streams
-/// and never finishes sending them cannot hold memory or concurrency slots
-/// for longer. The handlers' own bound (four Redis timeouts, 1 s by default)
-/// answers every call that did arrive well before it.
-pub const CALL_BOUND: Duration = Duration::from_secs(10);
-
-/// The gRPC server's transport settings. Public so that the benchmark's
-/// no-op floor runs with exactly the same ones.
-///
-/// The limit on calls in progress is [`ApiGate`]'s, server-wide, on the
-/// StickyRouting service alone. Each connection may open twice as many
-/// streams, plus room for health checks, so that one busy client's excess
-/// reaches the gate and is refused at once instead of waiting in the
-/// client's HTTP/2 queue for a free stream; refused streams close at once.
-pub fn grpc_server(max_in_flight: usize) -> Server {
-    let streams = max_in_flight.saturating_mul(2).saturating_add(STREAM_ROOM);
-    Server::builder()
-        .timeout(CALL_BOUND)
-        .tcp_nodelay(true)
-        .http2_keepalive_interval(Some(Duration::from_secs(30)))
-        .max_concurrent_streams(Some(u32::try_from(streams).unwrap_or(u32::MAX)))
-}
-
-/// Streams per connection beyond the in-flight limit's share: health,
-/// reflection, and calls on their way to being refused.
-const STREAM_ROOM: usize = 100;
-
-/// `age` moved by up to ±10 %, once per process: pods started together do
-/// not all send GOAWAY at the same moment. (tonic takes one age for every
-/// connection of a server, so the spread is across pods; connections of one
-/// pod are spread by when they were opened.)
-fn jittered(age: Duration) -> Duration {
-    use std::hash::{BuildHasher, Hasher};
-    // A random number from the standard library's per-process hash keys.
-    let random = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
-    // 9,000 to 11,000 ten-thousandths: 0.9 to 1.1.
-    let per_ten_thousand = 9_000 + u32::try_from(random % 2_001).unwrap_or(1_000);
-    age.saturating_mul(per_ten_thousand) / 10_000
-}
-
 /// Binds `addr`, returning the listener and the address it really got.
 async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartupError> {
     let error = |source| StartupError::Bind { addr, source };
     let listener = TcpListener::bind(addr).await.map_err(error)?;
     let bound = listener.local_addr().map_err(error)?;
     Ok((listener, bound))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_connection_age_moves_by_at_most_ten_percent() {
-        let age = Duration::from_secs(300);
-        let ages: Vec<Duration> = (0..200).map(|_| jittered(age)).collect();
-        assert!(
-            ages.iter()
-                .all(|a| *a >= age * 9 / 10 && *a <= age * 11 / 10)
-        );
-        assert!(ages.iter().any(|a| *a != ages[0]), "no jitter at all");
-        assert!(
-            jittered(Duration::MAX) > Duration::from_secs(1),
-            "saturates, never panics"
-        );
-    }
 }

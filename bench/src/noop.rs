@@ -4,8 +4,8 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
-use sticky_routing::startup::{MAX_MESSAGE_BYTES, grpc_server};
 use sticky_routing::telemetry::Metrics;
 use sticky_routing::transport::gate::ApiGate;
 use sticky_routing::transport::pb::sticky_routing_server::{StickyRouting, StickyRoutingServer};
@@ -14,8 +14,11 @@ use sticky_routing::transport::pb::{
     GetHabitsResponse, GetPinRequest, GetPinResponse, RecordOutcomeRequest, RecordOutcomeResponse,
     RecordResult,
 };
+use sticky_routing::transport::server::{AfterDrain, GrpcServer, Lifetime, MAX_MESSAGE_BYTES};
+use sticky_routing::transport::tls::plain_incoming;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tonic::service::Routes;
 use tonic::{Request, Response, Status};
 
 use crate::BoxError;
@@ -76,10 +79,21 @@ pub async fn serve(listener: TcpListener, max_in_flight: usize) -> Result<(), Bo
         max_in_flight,
         Arc::new(Metrics::new()?),
     );
-    grpc_server(max_in_flight)
-        .add_service(service)
-        .serve_with_incoming(TcpListenerStream::new(listener))
-        .await?;
+    // The service's own connection ages, so that the floor pays what the
+    // service pays for them.
+    let lifetime = Lifetime {
+        max_age: Duration::from_secs(300),
+        grace: Duration::from_secs(10),
+    };
+    let never = CancellationToken::new();
+    GrpcServer::new(Routes::new(service), max_in_flight, lifetime)
+        .serve(
+            plain_incoming(listener),
+            never.clone(),
+            never,
+            AfterDrain::StopAccepting,
+        )
+        .await;
     Ok(())
 }
 

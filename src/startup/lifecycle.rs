@@ -1,10 +1,13 @@
 //! Running a built [`Application`] and stopping it, as linkerd drains.
 //!
 //! One shutdown token stops everything, in two stages: its child, `drain`,
-//! is cancelled when the signal comes, so readiness turns every health
-//! status NOT_SERVING and the gRPC server stops accepting and lets in-flight
-//! calls finish within the grace period; then the token itself is
-//! cancelled, which ends `/metrics` (kept up so the last scrape sees the
+//! is cancelled when the signal comes, so every open connection, on every
+//! listener, gets GOAWAY and its calls in flight finish, the API listener
+//! closes, and readiness turns every health status NOT_SERVING (the health
+//! Watch streams end once they have said so); the drain is over when the
+//! API's last connection has closed, or the grace period runs out. Then the
+//! token itself is cancelled, which cuts what is left and ends the health
+//! listener and `/metrics` (kept up so the last probe and scrape see the
 //! drain). One task tracker holds every background task, the store's
 //! included, and every exit path, clean or not, ends them all and closes
 //! the store.
@@ -19,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Application, StartupError};
 use crate::telemetry;
 use crate::transport::health;
+use crate::transport::server::AfterDrain;
 use crate::transport::tls::{Connection, RELOAD_INTERVAL, plain_incoming, tls_incoming};
 
 /// The gRPC server's connections, plaintext or TLS.
@@ -59,6 +63,13 @@ impl Application {
             REDIS_HEALTH_INTERVAL,
             drain.clone(),
         ));
+        // Once readiness has said NOT_SERVING, the Watch streams must not
+        // hold the drain open.
+        let watches_end = self.watches_end;
+        tasks.spawn(async move {
+            let _ = readiness.await;
+            watches_end.cancel();
+        });
         let incoming: Incoming = match self.tls {
             Some(tls) => {
                 tasks.spawn(tls.clone().watch(RELOAD_INTERVAL, shutdown.clone()));
@@ -71,38 +82,31 @@ impl Application {
             }
             None => Box::pin(plain_incoming(self.grpc_listener)),
         };
-        if let Some((listener, addr, router)) = self.health_listener {
+        if let Some((listener, addr, server)) = self.health_listener {
             tracing::info!(health = %addr, "plaintext health checks");
-            let stopped = shutdown.clone().cancelled_owned();
-            tasks.spawn(async move {
-                if let Err(error) = router
-                    .serve_with_incoming_shutdown(plain_incoming(listener), stopped)
-                    .await
-                {
-                    tracing::error!(%error, "the health listener failed");
-                }
-            });
+            tasks.spawn(server.serve(
+                plain_incoming(listener),
+                drain.clone(),
+                shutdown.clone(),
+                AfterDrain::KeepAccepting,
+            ));
         }
-        let watches_end = self.watches_end;
-        let server = self
-            .router
-            .serve_with_incoming_shutdown(incoming, async move {
-                let _ = readiness.await;
-                // Watchers have seen NOT_SERVING; their streams must not hold
-                // the drain open.
-                watches_end.cancel();
-            });
+        let server = self.server.serve(
+            incoming,
+            drain.clone(),
+            shutdown.clone(),
+            AfterDrain::StopAccepting,
+        );
         tokio::pin!(server);
 
         let result = tokio::select! {
-            result = &mut server => result.map_err(StartupError::from),
+            () = &mut server => Ok(()),
             () = signal => {
                 tracing::info!(grace = ?shutdown_grace, "shutting down: draining in-flight calls");
                 drain.cancel();
-                match tokio::time::timeout(shutdown_grace, &mut server).await {
-                    Ok(result) => result.map_err(StartupError::from),
-                    Err(_) => Err(StartupError::GraceExpired(shutdown_grace)),
-                }
+                tokio::time::timeout(shutdown_grace, &mut server)
+                    .await
+                    .map_err(|_| StartupError::GraceExpired(shutdown_grace))
             }
         };
 

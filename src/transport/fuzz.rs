@@ -42,8 +42,8 @@ use super::gate::ApiGate;
 use super::pb;
 use super::pb::sticky_routing_server::StickyRoutingServer;
 use crate::domain::pin::ScoreRatio;
-use crate::startup::MAX_MESSAGE_BYTES;
 use crate::telemetry::Metrics;
+use crate::transport::server::MAX_MESSAGE_BYTES;
 
 type Server = ApiGate<StickyRoutingServer<Backend>>;
 

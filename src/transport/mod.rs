@@ -1,5 +1,6 @@
 //! The gRPC edge: thin tonic handlers over the store, the protobuf codec,
-//! deadlines, health and the one error-to-`Status` mapping.
+//! deadlines, health, the server's connections and the one error-to-`Status`
+//! mapping.
 
 pub mod admin;
 pub mod codec;
@@ -9,6 +10,7 @@ pub mod deadline;
 mod fuzz;
 pub mod gate;
 pub mod health;
+pub mod server;
 mod service;
 mod status;
 pub mod tls;

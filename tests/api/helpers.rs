@@ -117,6 +117,8 @@ const CLIENT_COMMANDS: &[&str] = &["eval", "evalsha", "hgetall", "ttl", "del", "
 pub struct TestApp {
     pub addr: SocketAddr,
     pub metrics_addr: SocketAddr,
+    /// The plaintext health listener, unless the test turned it off.
+    pub health_addr: Option<SocketAddr>,
     pub api: StickyRoutingClient<Channel>,
     pub health: HealthClient<Channel>,
     pub redis: TestRedis,
@@ -174,6 +176,7 @@ pub async fn spawn_app_against(
         .expect("the app builds");
     let addr = app.grpc_addr();
     let metrics_addr = app.metrics_addr();
+    let health_addr = app.health_addr();
     let (tx, rx) = oneshot::channel();
     let server = tokio::spawn(app.run_until_stopped(async {
         let _ = rx.await;
@@ -193,6 +196,7 @@ pub async fn spawn_app_against(
     let app = TestApp {
         addr,
         metrics_addr,
+        health_addr,
         api: StickyRoutingClient::new(channel.clone()),
         health: HealthClient::new(channel),
         redis,

@@ -16,6 +16,7 @@ mod export;
 mod failover;
 mod fault_proxy;
 mod faults;
+mod frames;
 mod get_pin;
 mod grpc_tls;
 mod habits;

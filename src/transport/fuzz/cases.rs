@@ -4,7 +4,7 @@
 
 use super::requests::{self, Request, Rpc, StoreAnswer};
 use super::rng::Rng;
-use crate::startup::MAX_MESSAGE_BYTES;
+use crate::transport::server::MAX_MESSAGE_BYTES;
 
 /// Where a case sends its body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
