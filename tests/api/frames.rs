@@ -99,9 +99,17 @@ impl Wire {
     /// idle connection themselves on the first GOAWAY, before they answer
     /// its PING, which would hide whether the server ends the two steps.)
     pub async fn idle_peer(&self, addr: SocketAddr) {
+        self.idle_peer_on(TcpStream::connect(addr).await.unwrap())
+            .await;
+    }
+
+    /// [`Self::idle_peer`] over `io`, a connection already made (TLS).
+    pub async fn idle_peer_on<T>(&self, io: T)
+    where
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let tcp = TcpStream::connect(addr).await.unwrap();
-        let mut tap = self.tap(tcp);
+        let mut tap = self.tap(io);
         let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
         hello.extend_from_slice(&frame(SETTINGS, 0, &[]));
         tap.write_all(&hello).await.unwrap();

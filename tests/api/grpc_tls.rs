@@ -19,8 +19,10 @@ use tonic::Code;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use tonic_health::pb::health_client::HealthClient;
 
+use crate::frames::{MAX_STREAM_ID, Wire};
 use crate::helpers::*;
 use crate::pki::Pki;
+use rustls::pki_types::pem::PemObject;
 
 /// `server-ca` signs the server's certificate and `clients-ca` the
 /// clients'; `other-ca` signs a client that must be refused, whose
@@ -169,6 +171,54 @@ async fn with_mtls_only_clients_signed_by_the_client_ca_get_in() {
             .await,
         Code::Ok,
         "the client trusted a server certificate it has no CA for"
+    );
+}
+
+/// The TLS listener retires its connections as the plaintext one does: the
+/// two-step GOAWAY at the connection's age, read after decryption.
+#[tokio::test]
+async fn a_tls_connection_gets_goaway_at_its_age() {
+    let pki = pki();
+    let dir = pki.path("");
+    let age = Duration::from_secs(1);
+    let app = TlsApp::spawn(|s| {
+        s.tls = Some(tls_files(&dir, None));
+        s.max_connection_age = age;
+    })
+    .await;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add_parsable_certificates(
+        rustls::pki_types::CertificateDer::pem_slice_iter(&pki.read("server-ca.crt"))
+            .map(Result::unwrap),
+    );
+    let mut config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    let wire = Wire::default();
+    wire.idle_peer_on(tls).await;
+    let opened = wire.snapshot(|log| log.opened[0]);
+    let started = Instant::now();
+    let goaways = loop {
+        let seen = wire.goaways();
+        if seen.len() >= 2 || started.elapsed() > age * 3 {
+            break seen;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(goaways.len(), 2, "{goaways:?}");
+    assert_eq!(goaways[0].goaway, Some((MAX_STREAM_ID, 0)));
+    assert_eq!(goaways[1].goaway, Some((0, 0)));
+    let at = goaways[0].at - opened;
+    assert!(
+        at >= age * 9 / 10 && at <= age * 11 / 10 + Duration::from_millis(500),
+        "GOAWAY after {at:?}"
     );
 }
 
