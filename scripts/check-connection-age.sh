@@ -19,11 +19,10 @@ command -v "$GHZ" >/dev/null 2>&1 || { echo "needs ghz (set GHZ=/path/to/ghz)" >
 scripts/ensure-redis.sh
 [ -x "$service" ] || cargo build --release --locked
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. scripts/lib/local-redis.sh
 redis_port=$(free_port); grpc_port=$(free_port); metrics_port=$(free_port)
 dir=$(mktemp -d)
-redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$dir" --save '' --appendonly no >/dev/null 2>&1 &
-redis_pid=$!
+start_redis "$redis_port" "$dir"
 env STICKY_ROUTING_LISTEN_ADDR="127.0.0.1:$grpc_port" STICKY_ROUTING_METRICS_ADDR="127.0.0.1:$metrics_port" \
   STICKY_ROUTING_HEALTH_LISTEN_ADDR=off STICKY_ROUTING_REDIS_URL="redis://127.0.0.1:$redis_port" \
   STICKY_ROUTING_MAX_CONNECTION_AGE="${AGE:-2s}" STICKY_ROUTING_MAX_CONNECTION_AGE_GRACE="${GRACE:-1s}" \
