@@ -27,6 +27,7 @@ use std::time::Duration;
 pub use cli::{CommandLine, from_process, parse_command_line, process_env};
 
 use crate::domain::Rules;
+use crate::domain::priority::Shares;
 use crate::storage::RedisSettings;
 use crate::telemetry::{self, TelemetrySettings};
 use crate::transport::admin::AdminClients;
@@ -57,6 +58,9 @@ pub struct Settings {
     /// StickyRouting calls in progress across all connections; beyond it
     /// calls are shed with `RESOURCE_EXHAUSTED`.
     pub max_in_flight: usize,
+    /// The shares of `max_in_flight` below which RecordOutcome, and the
+    /// admin and low-priority calls, may start: GetPin is shed last.
+    pub shares: Shares,
     /// A connection older than this (±10 % per process) gets GOAWAY, so
     /// that clients reconnect and spread over pods added since.
     pub max_connection_age: Duration,

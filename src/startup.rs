@@ -139,6 +139,7 @@ impl Application {
         let api = ApiGate::new(
             StickyRoutingServer::new(api).max_decoding_message_size(MAX_MESSAGE_BYTES),
             settings.max_in_flight,
+            settings.shares,
             metrics.clone(),
         );
         let routes = Routes::new(health_service)

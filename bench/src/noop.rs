@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sticky_routing::domain::priority::Shares;
 use sticky_routing::telemetry::Metrics;
 use sticky_routing::transport::gate::ApiGate;
 use sticky_routing::transport::pb::sticky_routing_server::{StickyRouting, StickyRoutingServer};
@@ -77,6 +78,7 @@ pub async fn serve(listener: TcpListener, max_in_flight: usize) -> Result<(), Bo
     let service = ApiGate::new(
         StickyRoutingServer::new(NoopService).max_decoding_message_size(MAX_MESSAGE_BYTES),
         max_in_flight,
+        Shares::default(),
         Arc::new(Metrics::new()?),
     );
     // The service's own connection ages, so that the floor pays what the

@@ -11,6 +11,7 @@ use super::{ConfigError, Settings};
 use crate::domain::Rules;
 use crate::domain::admission::Budgets;
 use crate::domain::ids::MerchantId;
+use crate::domain::priority::Shares;
 use crate::storage::{RedisSetting, RedisSettings, Secret, TlsFiles};
 use crate::telemetry::TelemetrySettings;
 use crate::transport::admin::AdminClients;
@@ -42,6 +43,7 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
     let min_score_ratio = c.value(&declared::MIN_SCORE_RATIO);
     let shutdown_grace = c.value(&declared::SHUTDOWN_GRACE);
     let max_in_flight = c.value(&declared::MAX_IN_FLIGHT);
+    let shares = c.shares();
     let max_connection_age = c.value(&declared::MAX_CONNECTION_AGE);
     let max_connection_age_grace = c.value(&declared::MAX_CONNECTION_AGE_GRACE);
     let worker_threads = c.value(&declared::WORKER_THREADS);
@@ -68,6 +70,7 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
             },
             shutdown_grace: shutdown_grace?,
             max_in_flight: max_in_flight?,
+            shares: shares?,
             max_connection_age: max_connection_age?,
             max_connection_age_grace: max_connection_age_grace?,
             worker_threads: worker_threads?,
@@ -183,6 +186,25 @@ impl Checker {
         self.values
             .get(key)
             .map_or_else(|| Raw::env_name(key), |raw| raw.describe(key))
+    }
+
+    /// The priority shares; the low share must not exceed the feedback
+    /// share, or admin calls and backfills could start where RecordOutcome
+    /// may not.
+    fn shares(&mut self) -> Option<Shares> {
+        let feedback = self.value(&declared::FEEDBACK_SHARE);
+        let low = self.value(&declared::LOW_SHARE);
+        let (feedback, low) = (feedback?, low?);
+        if low > feedback {
+            let name = self.name(declared::LOW_SHARE.about.key);
+            let other = self.name(declared::FEEDBACK_SHARE.about.key);
+            self.problems.push(format!(
+                "{name}: {low} is above {other} ({feedback}); admin and low calls \
+                 may not start where RecordOutcome may not"
+            ));
+            return None;
+        }
+        Some(Shares { feedback, low })
     }
 
     /// The Redis settings, checked by storage, which knows what can work.

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use super::ENV_PREFIX;
 use crate::domain::memory_guard::MemoryLimit;
+use crate::domain::percent::Percent;
 use crate::domain::pin::ScoreRatio;
 use crate::telemetry::LogFormat;
 use crate::transport::admin::AdminClients;
@@ -147,6 +148,8 @@ settings! {
     MIN_SCORE_RATIO: ScoreRatio = About::new("min_score_ratio", Text("0.5"), "health veto: share of the top live score a pin\nneeds, 0 to 1; 0 turns the veto off"), parse_score_ratio;
     SHUTDOWN_GRACE: Duration = About::new("shutdown_grace", Text("20s"), "drain time after SIGTERM"), parse_duration;
     MAX_IN_FLIGHT: usize = About::new("max_in_flight", PerCpu(128), "StickyRouting calls in progress on this server;\npast it calls get RESOURCE_EXHAUSTED, 1 to 1000000"), |t| whole_number(t, 1, 1_000_000);
+    FEEDBACK_SHARE: Percent = About::new("feedback_share", Text("80%"), "RecordOutcome starts only while the calls in\nprogress are below this share of MAX_IN_FLIGHT,\nso GetPin keeps the rest; 1% to 100%"), Percent::parse;
+    LOW_SHARE: Percent = About::new("low_share", Text("10%"), "the same for admin calls and calls marked\n`x-request-priority: low`; 1% to FEEDBACK_SHARE"), Percent::parse;
     MAX_CONNECTION_AGE: Duration = About::new("max_connection_age", Text("5m"), "GOAWAY a connection this old (±10 %), so\nclients spread over new pods"), parse_positive_duration;
     MAX_CONNECTION_AGE_GRACE: Duration = About::new("max_connection_age_grace", Text("10s"), "time a connection past its age has to finish"), parse_duration;
     LOG_FORMAT: LogFormat = About::new("log_format", Text("text"), "stderr log lines: `text` for people, `json` for\nlog pipelines (one object per line)"), LogFormat::parse;

@@ -7,6 +7,7 @@ use super::*;
 use crate::storage::{Secret, redact_url};
 
 mod documents;
+mod shares;
 
 /// Writes a file under a per-process temporary folder.
 fn temp_file(name: &str, contents: &str) -> PathBuf {
@@ -109,7 +110,8 @@ fn the_redis_timeout_is_bounded_at_a_minute() {
 
 #[test]
 fn the_admission_memory_limit_takes_bytes_or_a_share_of_maxmemory() {
-    use crate::domain::memory_guard::{MemoryLimit, Percent};
+    use crate::domain::memory_guard::MemoryLimit;
+    use crate::domain::percent::Percent;
     let limit = |text: &str| {
         Settings::load(
             None,

@@ -13,6 +13,8 @@
 
 use std::fmt;
 
+use super::percent::Percent;
+
 /// `STICKY_ROUTING_ADMISSION_MEMORY_LIMIT`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MemoryLimit {
@@ -22,35 +24,11 @@ pub enum MemoryLimit {
     OfMaxmemory(Percent),
 }
 
-/// A percentage from 1 to 100, decimals allowed.
-#[derive(Debug, Clone, Copy)]
-pub struct Percent(f64);
-
-impl Percent {
-    /// `None` outside 1 to 100 (NaN included).
-    pub fn new(value: f64) -> Option<Self> {
-        (1.0..=100.0).contains(&value).then_some(Self(value))
-    }
-
-    pub fn get(self) -> f64 {
-        self.0
-    }
-}
-
-/// Equal when the same number: a `Percent` is never NaN.
-impl PartialEq for Percent {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.to_bits() == other.0.to_bits()
-    }
-}
-
-impl Eq for Percent {}
-
 impl fmt::Display for MemoryLimit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Bytes(bytes) => write!(f, "{bytes} bytes"),
-            Self::OfMaxmemory(percent) => write!(f, "{}% of maxmemory", percent.0),
+            Self::OfMaxmemory(percent) => write!(f, "{percent} of maxmemory"),
         }
     }
 }
@@ -76,11 +54,10 @@ impl MemoryLimit {
                  KiB, MiB or GiB) nor a percentage of maxmemory from 1% to 100%"
             )
         };
-        if let Some(number) = text.strip_suffix('%') {
-            return decimal(number)
-                .and_then(Percent::new)
+        if text.ends_with('%') {
+            return Percent::parse(text)
                 .map(Self::OfMaxmemory)
-                .ok_or_else(expected);
+                .map_err(|_| expected());
         }
         let (digits, unit) = UNITS
             .iter()
@@ -106,20 +83,11 @@ impl MemoryLimit {
             // "At or above 80 % of 1001 bytes" is at or above 800.8, so 801.
             // f64 is exact for every maxmemory below 8 PiB.
             Self::OfMaxmemory(percent) => {
-                let bytes = (maxmemory as f64 * percent.0 / 100.0).ceil();
+                let bytes = (maxmemory as f64 * percent.get() / 100.0).ceil();
                 Some(bytes.min(maxmemory as f64) as u64)
             }
         }
     }
-}
-
-/// A decimal number: digits, optionally a point and more digits.
-fn decimal(text: &str) -> Option<f64> {
-    let (whole, fraction) = text.split_once('.').unwrap_or((text, "0"));
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    (digits(whole) && digits(fraction))
-        .then(|| text.parse().ok())
-        .flatten()
 }
 
 /// What one poll of a node's `INFO memory` said.
@@ -206,13 +174,11 @@ mod tests {
     }
 
     #[test]
-    fn percentages_run_from_one_to_a_hundred_with_decimals() {
+    fn percentages_are_shares_of_maxmemory() {
+        // How a percentage is read is `Percent::parse`'s, tested beside it.
         let parsed = |t| MemoryLimit::parse(t).unwrap();
         assert_eq!(parsed("80%"), percent(80.0));
-        assert_eq!(parsed("1%"), percent(1.0));
-        assert_eq!(parsed("100%"), percent(100.0));
         assert_eq!(parsed("87.5%"), percent(87.5));
-        assert_eq!(parsed("100.000%"), percent(100.0));
     }
 
     #[test]

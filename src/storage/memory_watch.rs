@@ -303,7 +303,7 @@ fn parse_info_memory(text: &str) -> Option<NodeMemory> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::memory_guard::Percent;
+    use crate::domain::percent::Percent;
 
     #[test]
     fn info_memory_gives_used_memory_and_maxmemory_not_their_kin() {

@@ -21,6 +21,7 @@ use tokio::net::TcpListener;
 
 use crate::domain::admission::AdmissionRefusal;
 use crate::domain::memory_guard::GuardReading;
+use crate::domain::priority::Class;
 
 /// Every metric family `/metrics` can show, as Prometheus names it
 /// (counters end in `_total`; a histogram's family is its base name, shown
@@ -128,7 +129,8 @@ pub fn admission_refusal_label(why: AdmissionRefusal) -> &'static str {
 /// Why a StickyRouting call was answered before any handler ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
-    /// Over `STICKY_ROUTING_MAX_IN_FLIGHT`: `RESOURCE_EXHAUSTED`.
+    /// The calls in flight at the call's class's ceiling (of
+    /// `STICKY_ROUTING_MAX_IN_FLIGHT`): `RESOURCE_EXHAUSTED`.
     Shed,
     /// Not protobuf, not valid UTF-8 in a string, or not one well-formed
     /// gRPC frame: `INVALID_ARGUMENT`.
@@ -207,7 +209,8 @@ impl Metrics {
             refused: meter
                 .u64_counter("sticky_routing_refused_calls")
                 .with_description(
-                    "StickyRouting calls answered before any handler ran, by reason: shed, undecodable, over_size",
+                    "StickyRouting calls answered before any handler ran, by reason (shed, undecodable, \
+                     over_size) and by the call's class (pin, feedback, admin, low)",
                 )
                 .build(),
             rpc_duration: meter
@@ -272,8 +275,15 @@ impl Metrics {
         }
     }
 
-    pub fn refused(&self, why: Refusal) {
-        self.refused.add(1, &[KeyValue::new("reason", why.label())]);
+    /// A call of `class` answered before its handler ran.
+    pub fn refused(&self, why: Refusal, class: Class) {
+        self.refused.add(
+            1,
+            &[
+                KeyValue::new("reason", why.label()),
+                KeyValue::new("class", class.name()),
+            ],
+        );
     }
 
     pub fn rpc(&self, method: &'static str, code: tonic::Code, took: Duration) {
@@ -461,7 +471,7 @@ mod tests {
         metrics.pin("pinned");
         metrics.write("not_admitted");
         metrics.pruned(2);
-        metrics.refused(Refusal::OverSize);
+        metrics.refused(Refusal::OverSize, Class::Pin);
         metrics.rpc("GetPin", tonic::Code::Ok, Duration::from_micros(300));
         let text = metrics.render();
         assert!(
@@ -477,7 +487,9 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("sticky_routing_refused_calls_total{reason=\"over_size\"} 1"),
+            text.contains(
+                "sticky_routing_refused_calls_total{class=\"pin\",reason=\"over_size\"} 1"
+            ),
             "{text}"
         );
         assert!(text.contains("sticky_routing_rpc_duration_seconds_bucket{code=\"OK\",rpc=\"GetPin\",le=\"0.0005\"} 1"), "{text}");
@@ -574,7 +586,7 @@ mod tests {
         metrics.pin("pinned");
         metrics.write("applied");
         metrics.pruned(1);
-        metrics.refused(Refusal::Shed);
+        metrics.refused(Refusal::Shed, Class::Low);
         metrics.rpc("GetPin", tonic::Code::Ok, Duration::from_micros(300));
         metrics.redis_command(RedisCommand::Ping, Duration::from_micros(80));
         metrics.redis_error("no_connection");

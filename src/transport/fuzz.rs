@@ -42,6 +42,7 @@ use super::gate::ApiGate;
 use super::pb;
 use super::pb::sticky_routing_server::StickyRoutingServer;
 use crate::domain::pin::ScoreRatio;
+use crate::domain::priority::Shares;
 use crate::telemetry::Metrics;
 use crate::transport::server::MAX_MESSAGE_BYTES;
 
@@ -55,6 +56,7 @@ fn server() -> Server {
     ApiGate::new(
         StickyRoutingServer::new(Backend).max_decoding_message_size(MAX_MESSAGE_BYTES),
         1,
+        Shares::default(),
         Arc::new(Metrics::new().unwrap()),
     )
 }

@@ -1,5 +1,6 @@
-//! The server-wide limit on StickyRouting calls in progress, and the count
-//! of calls answered before any handler runs: shed, undecodable, over-size.
+//! The server-wide limit on StickyRouting calls in progress, shared by
+//! class so that GetPin is shed last, and the count of calls answered
+//! before any handler runs: shed, undecodable, over-size.
 //!
 //! Why a layer of our own: tonic's `concurrency_limit_per_connection` and
 //! `load_shed` limit each connection alone, and their refusals never reach
@@ -7,9 +8,12 @@
 //! the excess in the client rather than refusing it, so at several times
 //! capacity every call waited for its deadline and goodput collapsed. This
 //! gate wraps only the StickyRouting service: health and reflection calls
-//! are never counted and never refused. A call over the limit is answered
+//! are never counted and never refused. A call may start only while the
+//! calls in flight, of all classes together, are below its class's
+//! ceiling (`domain::priority`); otherwise it is answered
 //! `RESOURCE_EXHAUSTED` before its body is read, so it costs no decoding
-//! and never touches Redis; the caller retries on another pod.
+//! and never touches Redis, with a `grpc-retry-pushback-ms` that tells the
+//! caller how long to wait before it retries.
 //!
 //! The gate also re-labels tonic's answer to a body that is not one
 //! well-formed gRPC frame (empty, cut short, flagged compressed without a
@@ -21,9 +25,9 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::body::Body;
 use tonic::codegen::http;
 use tonic::server::NamedService;
@@ -31,30 +35,97 @@ use tonic::{Code, Status};
 use tower::Service;
 
 use super::codec::UNDECODABLE;
+use crate::domain::priority::{Ceilings, Class, PRIORITY_HEADER, Shares};
 use crate::telemetry::{Metrics, Refusal};
+
+/// The header as a name, made at compile time: a lookup by `&str` would
+/// parse the name on every call.
+const PRIORITY: http::HeaderName = http::HeaderName::from_static(PRIORITY_HEADER);
+
+/// `grpc-retry-pushback-ms` by class: how long the service suggests a
+/// refused caller waits before it retries. GetPin is on a payment's
+/// authorization, which cannot wait long, and the pod is full only for
+/// the moment a burst lasts; feedback can wait longer, and admin calls and
+/// backfills longest, so that they come back after the burst.
+const PUSHBACK_MS: [u32; 4] = [20, 250, 1000, 2000];
 
 /// Wraps the StickyRouting service with the in-flight limit.
 #[derive(Clone)]
 pub struct ApiGate<S> {
     inner: S,
-    slots: Arc<Semaphore>,
-    /// The refusal's headers, made once: a refusal must cost far less than
-    /// a call, and building a `Status` answer each time (percent-encoding
-    /// its message) cost a seventh of a refusal's instructions.
-    shed_headers: http::HeaderMap,
+    shared: Arc<Shared>,
+}
+
+/// What every clone of the gate, and every admitted call, shares: one
+/// allocation, so a call pays for one reference count.
+struct Shared {
+    in_flight: AtomicUsize,
+    ceilings: Ceilings,
+    /// Each class's refusal headers, made once: a refusal must cost far
+    /// less than a call, and building a `Status` answer each time
+    /// (percent-encoding its message) cost a seventh of a refusal's
+    /// instructions.
+    shed_headers: [http::HeaderMap; 4],
     metrics: Arc<Metrics>,
 }
 
 impl<S> ApiGate<S> {
-    /// At most `limit` calls of `inner` run at once, across all connections.
-    pub fn new(inner: S, limit: usize, metrics: Arc<Metrics>) -> Self {
-        let limit = limit.clamp(1, Semaphore::MAX_PERMITS);
+    /// At most `limit` calls of `inner` run at once, across all connections,
+    /// and fewer of the classes that `shares` holds below the whole limit.
+    pub fn new(inner: S, limit: usize, shares: Shares, metrics: Arc<Metrics>) -> Self {
+        let ceilings = Ceilings::new(limit, shares);
+        let shed_headers = Class::ALL.map(|class| shed_response(class, ceilings));
         Self {
             inner,
-            slots: Arc::new(Semaphore::new(limit)),
-            shed_headers: shed_response(limit).into_parts().0.headers,
-            metrics,
+            shared: Arc::new(Shared {
+                in_flight: AtomicUsize::new(0),
+                ceilings,
+                shed_headers,
+                metrics,
+            }),
         }
+    }
+}
+
+impl Shared {
+    /// A slot for a call of `class`, if the calls in flight are below its
+    /// ceiling. One compare-and-swap, like a semaphore's, but each class
+    /// compares with its own ceiling.
+    fn enter(self: &Arc<Self>, class: Class) -> Option<Slot> {
+        let ceiling = self.ceilings.of(class);
+        let mut now = self.in_flight.load(Ordering::Relaxed);
+        loop {
+            if now >= ceiling {
+                return None;
+            }
+            match self.in_flight.compare_exchange_weak(
+                now,
+                now + 1,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Some(Slot(Some(Arc::clone(self)))),
+                Err(actual) => now = actual,
+            }
+        }
+    }
+}
+
+/// An admitted call's place in the count: given back when the handler is
+/// done, or when the call is dropped (the client went away) before that.
+struct Slot(Option<Arc<Shared>>);
+
+impl Slot {
+    fn release(&mut self) -> Option<Arc<Shared>> {
+        let shared = self.0.take()?;
+        shared.in_flight.fetch_sub(1, Ordering::Release);
+        Some(shared)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 
@@ -76,16 +147,17 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        match Arc::clone(&self.slots).try_acquire_owned() {
-            Ok(permit) => GateFuture::Admitted {
+        let class = class_of(&request);
+        match self.shared.enter(class) {
+            Some(slot) => GateFuture::Admitted {
                 inner: self.inner.call(request),
-                permit: Some(permit),
-                metrics: Arc::clone(&self.metrics),
+                slot,
+                class,
             },
-            Err(_) => {
-                self.metrics.refused(Refusal::Shed);
+            None => {
+                self.shared.metrics.refused(Refusal::Shed, class);
                 let mut response = http::Response::new(Body::empty());
-                *response.headers_mut() = self.shed_headers.clone();
+                *response.headers_mut() = self.shared.shed_headers[class as usize].clone();
                 GateFuture::Shed {
                     response: Some(response),
                 }
@@ -94,13 +166,34 @@ where
     }
 }
 
-/// The answer to a call over the limit: trailers-only, as tonic answers
-/// every error. Short, because HPACK encodes it into every refusal.
-fn shed_response(limit: usize) -> http::Response<Body> {
-    Status::resource_exhausted(format!(
-        "over this server's limit of {limit} calls in progress; retry"
-    ))
-    .into_http()
+/// The call's class: its method is the path's last segment.
+fn class_of<B>(request: &http::Request<B>) -> Class {
+    let method = request.uri().path().rsplit('/').next().unwrap_or("");
+    let priority = request.headers().get(PRIORITY).map(|v| v.as_bytes());
+    Class::of(method, priority)
+}
+
+/// The answer to a call of `class` at its ceiling: trailers-only, as tonic
+/// answers every error. Short, because HPACK encodes it into every refusal.
+fn shed_response(class: Class, ceilings: Ceilings) -> http::HeaderMap {
+    let (limit, ceiling) = (ceilings.of(Class::Pin), ceilings.of(class));
+    let message = match class {
+        Class::Pin => format!("over this server's limit of {limit} calls in progress; retry"),
+        _ => format!(
+            "{} calls start only below {ceiling} of this server's {limit} calls in progress; retry",
+            class.name()
+        ),
+    };
+    let mut headers = Status::resource_exhausted(message)
+        .into_http::<Body>()
+        .into_parts()
+        .0
+        .headers;
+    headers.insert(
+        "grpc-retry-pushback-ms",
+        http::HeaderValue::from(PUSHBACK_MS[class as usize]),
+    );
+    headers
 }
 
 pin_project_lite::pin_project! {
@@ -110,8 +203,8 @@ pin_project_lite::pin_project! {
         Admitted {
             #[pin]
             inner: F,
-            permit: Option<OwnedSemaphorePermit>,
-            metrics: Arc<Metrics>,
+            slot: Slot,
+            class: Class,
         },
         Shed {
             response: Option<http::Response<Body>>,
@@ -127,17 +220,15 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project() {
-            GateProjection::Admitted {
-                inner,
-                permit,
-                metrics,
-            } => {
+            GateProjection::Admitted { inner, slot, class } => {
                 let Ok(response) = std::task::ready!(inner.poll(cx));
                 // The handler's work is done; the body only carries its answer.
-                permit.take();
+                let shared = slot.release();
                 let response = relabel_broken_frame(response);
-                if let Some(refusal) = refused_before_the_handler(&response) {
-                    metrics.refused(refusal);
+                if let (Some(refusal), Some(shared)) =
+                    (refused_before_the_handler(&response), shared)
+                {
+                    shared.metrics.refused(refusal, *class);
                 }
                 Poll::Ready(Ok(response))
             }
@@ -213,89 +304,4 @@ fn percent_decoded(message: &[u8]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn answer(status: Status) -> http::Response<Body> {
-        status.into_http()
-    }
-
-    #[test]
-    fn refusals_before_the_handler_are_told_apart_from_handler_errors() {
-        let undecodable = Status::invalid_argument(format!("{UNDECODABLE} (invalid wire type)"));
-        assert_eq!(
-            refused_before_the_handler(&answer(undecodable)),
-            Some(Refusal::Undecodable)
-        );
-        let too_big = Status::out_of_range("decoded message length too large");
-        assert_eq!(
-            refused_before_the_handler(&answer(too_big)),
-            Some(Refusal::OverSize)
-        );
-        let bad_field = Status::invalid_argument("merchant_id: must not be empty");
-        assert_eq!(refused_before_the_handler(&answer(bad_field)), None);
-        let ok = http::Response::new(Body::empty());
-        assert_eq!(refused_before_the_handler(&ok), None);
-    }
-
-    #[test]
-    fn broken_frames_are_the_callers_fault_and_other_internals_stay() {
-        for words in [
-            "Missing request message.",
-            "Unexpected EOF decoding stream.",
-            "protocol error: received message with compressed-flag but no grpc-encoding was specified",
-            "protocol error: received message with invalid compression flag: 2 (valid flags are 0 and 1), while sending request",
-        ] {
-            let answer = relabel_broken_frame(answer(Status::internal(words)));
-            let status = Status::from_header_map(answer.headers()).unwrap();
-            assert_eq!(status.code(), Code::InvalidArgument, "{words}");
-            assert!(status.message().starts_with(UNDECODABLE), "{status:?}");
-            assert!(status.message().contains(words), "{status:?}");
-            assert_eq!(
-                refused_before_the_handler(&answer),
-                Some(Refusal::Undecodable)
-            );
-        }
-        let foreign = Status::internal("a value stored under the customer's hash is not one");
-        let answer = relabel_broken_frame(answer(foreign));
-        let status = Status::from_header_map(answer.headers()).unwrap();
-        assert_eq!(status.code(), Code::Internal);
-        let ok = relabel_broken_frame(http::Response::new(Body::empty()));
-        assert!(ok.headers().is_empty());
-    }
-
-    #[test]
-    fn the_shed_answer_is_resource_exhausted() {
-        let mut gate = ApiGate::new(
-            tower::service_fn(|_: http::Request<Body>| async {
-                Ok::<_, Infallible>(http::Response::new(Body::empty()))
-            }),
-            7,
-            Arc::new(Metrics::new().unwrap()),
-        );
-        // Hold every slot, so that the next call is refused.
-        let _held = Arc::clone(&gate.slots).try_acquire_many_owned(7).unwrap();
-        let call = gate.call(http::Request::new(Body::empty()));
-        let response = futures_ready(call);
-        let code = response.headers().get("grpc-status").unwrap();
-        assert_eq!(Code::from_bytes(code.as_bytes()), Code::ResourceExhausted);
-        let message = response.headers().get("grpc-message").unwrap();
-        assert!(percent_decoded(message.as_bytes()).contains("7 calls in progress"));
-        assert_eq!(
-            response.headers().get("content-type").unwrap(),
-            "application/grpc"
-        );
-    }
-
-    /// The output of a future that is ready at its first poll.
-    fn futures_ready<F: Future<Output = Result<http::Response<Body>, Infallible>>>(
-        future: F,
-    ) -> http::Response<Body> {
-        let mut future = std::pin::pin!(future);
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        match future.as_mut().poll(&mut cx) {
-            Poll::Ready(Ok(response)) => response,
-            Poll::Pending => panic!("a refusal is answered at once"),
-        }
-    }
-}
+mod tests;

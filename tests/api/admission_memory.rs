@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use fred::prelude::{HashesInterface, KeysInterface};
 use fred::util::redis_keyslot;
 use sticky_routing::config::Settings;
-use sticky_routing::domain::memory_guard::{MemoryLimit, Percent};
+use sticky_routing::domain::memory_guard::MemoryLimit;
+use sticky_routing::domain::percent::Percent;
 
 use crate::helpers::*;
 use crate::redis_cluster::owned_slots;

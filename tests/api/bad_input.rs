@@ -438,7 +438,9 @@ async fn undecodable_messages_are_invalid_argument() {
     assert_nothing_written(&app).await;
     let metrics = app.scrape().await;
     assert!(
-        metrics.contains("sticky_routing_refused_calls_total{reason=\"undecodable\"} 3"),
+        metrics.contains(
+            "sticky_routing_refused_calls_total{class=\"feedback\",reason=\"undecodable\"} 3"
+        ),
         "{metrics}"
     );
     // The raw path itself works: a well-formed message is applied.
@@ -512,7 +514,9 @@ async fn broken_frames_are_invalid_argument() {
     assert_nothing_written(&app).await;
     let metrics = app.scrape().await;
     assert!(
-        metrics.contains("sticky_routing_refused_calls_total{reason=\"undecodable\"} 4"),
+        metrics.contains(
+            "sticky_routing_refused_calls_total{class=\"feedback\",reason=\"undecodable\"} 4"
+        ),
         "{metrics}"
     );
     // The raw path itself works: the whole frame is applied.
@@ -539,7 +543,9 @@ async fn a_message_over_the_size_limit_is_refused() {
     assert_nothing_written(&app).await;
     let metrics = app.scrape().await;
     assert!(
-        metrics.contains("sticky_routing_refused_calls_total{reason=\"over_size\"} 1"),
+        metrics.contains(
+            "sticky_routing_refused_calls_total{class=\"feedback\",reason=\"over_size\"} 1"
+        ),
         "{metrics}"
     );
 }

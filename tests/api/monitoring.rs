@@ -58,9 +58,8 @@ fn labels_of(family: &str) -> &'static [&'static str] {
         "sticky_routing_build_info" => &["version"],
         "sticky_routing_rpc_duration_seconds" => &["rpc", "code"],
         "sticky_routing_pins_total" | "sticky_routing_writes_total" => &["outcome"],
-        "sticky_routing_refused_calls_total" | "sticky_routing_admission_refusals_total" => {
-            &["reason"]
-        }
+        "sticky_routing_refused_calls_total" => &["reason", "class"],
+        "sticky_routing_admission_refusals_total" => &["reason"],
         "sticky_routing_admission_memory_guard_engaged"
         | "sticky_routing_admission_memory_used_bytes"
         | "sticky_routing_admission_memory_limit_bytes"
@@ -95,6 +94,9 @@ fn values_of(family: &str, label: &str) -> Option<Vec<&'static str>> {
         ],
         ("sticky_routing_refused_calls_total", "reason") => {
             vec!["shed", "undecodable", "over_size"]
+        }
+        ("sticky_routing_refused_calls_total", "class") => {
+            vec!["pin", "feedback", "admin", "low"]
         }
         ("sticky_routing_admission_refusals_total", "reason") => vec!["budget", "memory_guard"],
         _ => return None,

@@ -2,61 +2,24 @@
 //! is refused at once with `RESOURCE_EXHAUSTED`, touches no Redis, and is
 //! counted; health and reflection are never counted nor refused.
 //!
-//! The calls that fill the limit hang on purpose: [`FaultProxy`] holds
+//! The calls that fill the limit hang on purpose: a `FaultProxy` holds
 //! Redis's replies, so they stay in progress until the test lets them go.
 
 use std::time::{Duration, Instant};
 
 use sticky_routing::transport::pb;
-use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
 use tonic::Code;
-use tonic::transport::Channel;
 
-use crate::fault_proxy::{FaultProxy, Replies};
+use crate::fault_proxy::Replies;
+use crate::held_calls::{behind_a_proxy, new_connection, wait_for_commands};
 use crate::helpers::*;
 
 const SERVING: i32 = 1;
 const LIMIT: usize = 2;
 
-async fn new_connection(app: &TestApp) -> StickyRoutingClient<Channel> {
-    let channel = Channel::from_shared(format!("http://{}", app.addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    StickyRoutingClient::new(channel)
-}
-
-/// Waits until Redis has seen `calls` more HGETALLs than in `before`: the
-/// calls that sent them are in progress, holding their slots.
-async fn wait_for_reads(
-    app: &TestApp,
-    before: &std::collections::BTreeMap<String, u64>,
-    calls: u64,
-) {
-    let give_up = Instant::now() + Duration::from_secs(10);
-    loop {
-        let seen = app.commands_since(before).await;
-        if seen.contains(&("hgetall".to_owned(), calls)) {
-            return;
-        }
-        assert!(
-            Instant::now() < give_up,
-            "the held calls never reached Redis: {seen:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 #[tokio::test]
 async fn a_call_over_the_server_wide_limit_is_refused_at_once_without_touching_redis() {
-    let redis = RedisServer::start();
-    let proxy = FaultProxy::start(([127, 0, 0, 1], redis.port).into()).await;
-    let app = spawn_app_against(TestRedis::Single(redis), proxy.url(), |s| {
-        s.max_in_flight = LIMIT;
-        s.redis.command_timeout = Duration::from_secs(5);
-    })
-    .await;
+    let (app, proxy) = behind_a_proxy(LIMIT).await;
 
     // Fill the limit with calls on two connections of their own: the limit
     // is the server's, not each connection's.
@@ -70,14 +33,15 @@ async fn a_call_over_the_server_wide_limit_is_refused_at_once_without_touching_r
             api.clone().get_pin(pin_request(&customer, &[])).await
         }));
     }
-    wait_for_reads(&app, &before, LIMIT as u64).await;
+    wait_for_commands(&app, &before, "hgetall", LIMIT as u64).await;
 
-    // A third connection's call is refused, at once, and writes nothing.
+    // A third connection's call is refused, at once, and reads nothing:
+    // a GetPin, whose ceiling is the whole limit.
     let before = app.command_calls().await;
     let started = Instant::now();
     let refused = new_connection(&app)
         .await
-        .record_outcome(outcome("m1", "c1", "GIGADAT", pb::Outcome::Success))
+        .get_pin(pin_request("c1", &[]))
         .await
         .expect_err("over the limit");
     let took = started.elapsed();
@@ -101,7 +65,7 @@ async fn a_call_over_the_server_wide_limit_is_refused_at_once_without_touching_r
     );
     let metrics = app.scrape().await;
     assert!(
-        metrics.contains("sticky_routing_refused_calls_total{reason=\"shed\"} 1"),
+        metrics.contains("sticky_routing_refused_calls_total{class=\"pin\",reason=\"shed\"} 1"),
         "{metrics}"
     );
 
@@ -115,10 +79,10 @@ async fn a_call_over_the_server_wide_limit_is_refused_at_once_without_touching_r
 
 #[tokio::test]
 async fn calls_within_the_limit_are_never_refused() {
-    // As many concurrent calls as the limit, from many connections, again
-    // and again: none is refused, so the limit counts slots exactly and
-    // gives each back.
-    let app = spawn_app_with(|s| s.max_in_flight = 8).await;
+    // As many concurrent RecordOutcome calls as their ceiling (80 % of 10),
+    // from many connections, again and again: none is refused, so the limit
+    // counts slots exactly and gives each back.
+    let app = spawn_app_with(|s| s.max_in_flight = 10).await;
     for round in 0..20 {
         let mut calls = Vec::new();
         for n in 0..8 {
