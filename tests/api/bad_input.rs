@@ -369,6 +369,44 @@ async fn unicode_blanks_at_the_ends_of_ids_are_refused_never_stripped() {
     assert_eq!(app.customer_keys().await.len(), 1);
 }
 
+/// With several bad fields, the answer names the one with the lowest
+/// number in the proto: a 61-byte connector (its combo over 64 bytes) and
+/// OUTCOME_UNSPECIFIED is a bad `connector`, field 5, not `outcome`.
+#[tokio::test]
+async fn several_bad_fields_are_answered_with_the_lowest_numbered() {
+    let app = spawn_app().await;
+    let mut request = good(pb::Outcome::Unspecified);
+    request.connector = "c".repeat(61);
+    request.attempt_id = "x".repeat(129);
+    let status = assert_invalid(
+        app.record(request).await,
+        "connector",
+        "61 bytes, unspecified",
+    );
+    assert!(status.message().starts_with("connector:"), "{status:?}");
+    let mut pin = pin_request("c1", &["", "GIGADAT"]);
+    pin.payment_method_type = "a:b".into();
+    pin.min_score_ratio = Some(2.0);
+    let status = assert_invalid(app.pin(pin).await, "payment_method_type", "pin");
+    assert!(
+        status.message().starts_with("payment_method_type:"),
+        "{status:?}"
+    );
+    let habits = pb::GetHabitsRequest {
+        merchant_id: String::new(),
+        customer_id: "x".repeat(129),
+    };
+    let status = app.api.clone().get_habits(habits).await.unwrap_err();
+    assert!(status.message().starts_with("merchant_id:"), "{status:?}");
+    let forget = pb::ForgetCustomerRequest {
+        merchant_id: "m\u{200B}1".into(),
+        customer_id: String::new(),
+    };
+    let status = app.api.clone().forget_customer(forget).await.unwrap_err();
+    assert!(status.message().starts_with("merchant_id:"), "{status:?}");
+    assert_nothing_written(&app).await;
+}
+
 #[rstest]
 #[case::single(Topology::Single)]
 #[case::cluster(Topology::Cluster)]
