@@ -277,6 +277,23 @@ mod tests {
     /// zero-width space inside.
     const BAD_TEXT: [&str; 2] = [" ", "a\u{200B}b"];
 
+    /// The spoils of fields 1 to 4, which RecordOutcome and GetPin share
+    /// (a macro: the two requests have no common type).
+    macro_rules! shared_fields {
+        () => {
+            [
+                ("merchant_id", |r, v| r.merchant_id = BAD_TEXT[v].into()),
+                ("customer_id", |r, v| r.customer_id = BAD_TEXT[v].into()),
+                ("payment_method", |r, v| {
+                    r.payment_method = BAD_TEXT[v].into()
+                }),
+                ("payment_method_type", |r, v| {
+                    r.payment_method_type = BAD_TEXT[v].into()
+                }),
+            ]
+        };
+    }
+
     /// For every set of bad fields (each subset of a request's fields,
     /// given in the proto's order, with either bad value for each), the
     /// error names the bad field with the lowest number, whatever the
@@ -312,21 +329,15 @@ mod tests {
     fn record_outcome_names_its_lowest_numbered_bad_field() {
         let mut good = record_request();
         good.attempt_id = "pay_1".into();
-        let fields: [(&str, Spoil<pb::RecordOutcomeRequest>); 7] = [
-            ("merchant_id", |r, v| r.merchant_id = BAD_TEXT[v].into()),
-            ("customer_id", |r, v| r.customer_id = BAD_TEXT[v].into()),
-            ("payment_method", |r, v| {
-                r.payment_method = BAD_TEXT[v].into()
-            }),
-            ("payment_method_type", |r, v| {
-                r.payment_method_type = BAD_TEXT[v].into();
-            }),
+        let shared: [(&str, Spoil<pb::RecordOutcomeRequest>); 4] = shared_fields!();
+        let own: [(&str, Spoil<pb::RecordOutcomeRequest>); 3] = [
             ("connector", |r, v| r.connector = "c".repeat([61, 0][v])),
             ("outcome", |r, v| r.outcome = [0, 9][v]),
             ("attempt_id", |r, v| {
                 r.attempt_id = ["a\u{7}".into(), "x".repeat(129)][v].clone();
             }),
         ];
+        let fields: Vec<_> = shared.into_iter().chain(own).collect();
         assert_lowest_bad_field_named("RecordOutcome", &good, &fields, |r| {
             record_command(r).map(drop)
         });
@@ -338,15 +349,8 @@ mod tests {
         good.eligible_connectors = vec!["GIGADAT".into()];
         good.connector_scores = HashMap::from([("GIGADAT".into(), 0.5)]);
         good.min_score_ratio = Some(0.5);
-        let fields: [(&str, Spoil<pb::GetPinRequest>); 7] = [
-            ("merchant_id", |r, v| r.merchant_id = BAD_TEXT[v].into()),
-            ("customer_id", |r, v| r.customer_id = BAD_TEXT[v].into()),
-            ("payment_method", |r, v| {
-                r.payment_method = BAD_TEXT[v].into()
-            }),
-            ("payment_method_type", |r, v| {
-                r.payment_method_type = BAD_TEXT[v].into();
-            }),
+        let shared: [(&str, Spoil<pb::GetPinRequest>); 4] = shared_fields!();
+        let own: [(&str, Spoil<pb::GetPinRequest>); 3] = [
             ("eligible_connectors", |r, v| {
                 r.eligible_connectors = vec![String::new(); [1, 65][v]];
             }),
@@ -358,6 +362,7 @@ mod tests {
                 r.min_score_ratio = Some([1.5, f64::NAN][v]);
             }),
         ];
+        let fields: Vec<_> = shared.into_iter().chain(own).collect();
         assert_lowest_bad_field_named("GetPin", &good, &fields, |r| {
             pin_query(r, 1, ScoreRatio::DEFAULT).map(drop)
         });

@@ -242,15 +242,21 @@ async fn tls_without_a_client_ca_takes_clients_without_certificates() {
     }
 }
 
-#[tokio::test]
-async fn admin_rpcs_answer_only_the_named_identities() {
-    let pki = pki();
+/// The service over mTLS, its admin RPCs for a URI identity,
+/// `spiffe://test/admin`, and a DNS one, `ops.test`.
+async fn admin_app(pki: &Pki) -> TlsApp {
     let dir = pki.path("");
-    let app = TlsApp::spawn(|s| {
+    TlsApp::spawn(|s| {
         s.tls = Some(tls_files(&dir, Some("clients-ca")));
         s.admin_clients = AdminClients::parse("spiffe://test/admin, ops.test").unwrap();
     })
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn admin_rpcs_answer_only_the_named_identities() {
+    let pki = pki();
+    let app = admin_app(&pki).await;
     let habits = pb::GetHabitsRequest {
         merchant_id: "m1".into(),
         customer_id: "c1".into(),
@@ -313,12 +319,7 @@ async fn admin_identities_match_only_their_own_kind_of_name() {
     pki.leaf("uri-spells-dns", "clients-ca", "URI:ops.test");
     pki.leaf("dns-spells-uri", "clients-ca", "DNS:spiffe://test/admin");
     pki.leaf("both", "clients-ca", "URI:ops.test,DNS:ops.test");
-    let dir = pki.path("");
-    let app = TlsApp::spawn(|s| {
-        s.tls = Some(tls_files(&dir, Some("clients-ca")));
-        s.admin_clients = AdminClients::parse("spiffe://test/admin, ops.test").unwrap();
-    })
-    .await;
+    let app = admin_app(&pki).await;
     let habits = pb::GetHabitsRequest {
         merchant_id: "m1".into(),
         customer_id: "c1".into(),
