@@ -70,8 +70,11 @@ impl RecordCommand {
         let method = PaymentMethod::parse(raw.payment_method)?;
         let method_type = PaymentMethodType::parse(raw.payment_method_type)?;
         let connector = Connector::parse(raw.connector)?;
-        let outcome = outcome()?;
+        // The combo's length is reported as `connector` (field 5), so it is
+        // checked before `outcome` (field 6): a connector that fits alone
+        // but not with the method is the first bad field.
         let combo = Combo::new(&method, &method_type, &connector)?;
+        let outcome = outcome()?;
         let attempt = AttemptId::parse(raw.attempt_id)?;
         Ok(Self {
             merchant,

@@ -123,7 +123,7 @@ settings! {
     TLS_CERT_FILE: PathBuf = About::new("tls_cert_file", Unset("plaintext gRPC"), "PEM server certificate chain: serve gRPC over TLS\n(with the key); re-read when it changes"), parse_path;
     TLS_KEY_FILE: PathBuf = About::new("tls_key_file", Unset(""), "PEM server key (PKCS#8, PKCS#1 RSA or SEC1 EC)"), parse_path;
     TLS_CLIENT_CA_FILE: PathBuf = About::new("tls_client_ca_file", Unset("no client certificates"), "PEM CA that signs client certificates: mTLS"), parse_path;
-    ADMIN_CLIENTS: AdminClients = About::new("admin_clients", Unset("any authenticated client"), "with mTLS: the client URI or DNS names allowed\nGetHabits and ForgetCustomer, comma-separated"), AdminClients::parse;
+    ADMIN_CLIENTS: AdminClients = About::new("admin_clients", Unset("any authenticated client"), "with mTLS: the client identities allowed GetHabits\nand ForgetCustomer, comma-separated: a URI\n(spiffe://…) matches URI names, a bare name DNS names"), AdminClients::parse;
     REDIS_URL: String = About::new(
         "redis_url",
         Text("redis://127.0.0.1:6379"),

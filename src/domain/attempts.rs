@@ -22,7 +22,7 @@
 
 use sha1::{Digest, Sha1};
 
-use super::ids::{InvalidInput, reject_forbidden_chars};
+use super::ids::{InvalidInput, reject_forbidden_chars, trim_blanks};
 
 /// The hash field that holds the remembered attempts.
 pub const ATTEMPTS_FIELD: &str = ":a";
@@ -49,10 +49,10 @@ pub fn is_bookkeeping(field: &str) -> bool {
 pub struct AttemptId(String);
 
 impl AttemptId {
-    /// `None` when the caller sent none (empty after trimming): v1 behaviour,
-    /// no de-duplication.
+    /// `None` when the caller sent none (empty after trimming its ASCII
+    /// blanks): v1 behaviour, no de-duplication.
     pub fn parse(raw: &str) -> Result<Option<Self>, InvalidInput> {
-        let id = raw.trim();
+        let id = trim_blanks(raw, "attempt_id")?;
         if id.is_empty() {
             return Ok(None);
         }
@@ -156,6 +156,26 @@ mod tests {
             assert_eq!(AttemptId::parse(raw).unwrap_err().field, "attempt_id");
         }
         assert!(AttemptId::parse(&"x".repeat(128)).unwrap().is_some());
+    }
+
+    /// Only ASCII blanks are trimmed: `p1` followed by U+2028 is not `p1`,
+    /// and a lone NBSP is not "no attempt id". Both are refused by name.
+    #[test]
+    fn other_blanks_at_the_ends_are_refused_not_stripped() {
+        for raw in [
+            "p1\u{2028}",
+            "\u{A0}p1",
+            " p1\u{3000}\t",
+            "\u{85}",
+            "\u{A0}",
+        ] {
+            assert_eq!(
+                AttemptId::parse(raw).unwrap_err().field,
+                "attempt_id",
+                "{raw:?}"
+            );
+        }
+        assert_eq!(digest("\tp1\r\n"), digest("p1"));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! `src/storage/scripts/tests.rs` holds that script equal to [`after_failure`].
 
 use super::admission::AdmissionRefusal;
+use super::text;
 
 /// The outcome of one payment attempt, as the orchestrator reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,9 +17,9 @@ pub enum Outcome {
 
 impl Outcome {
     /// The outcome a bulk import row names: `success` or `gateway_failure`
-    /// (surrounding blanks and case ignored).
+    /// (case and surrounding ASCII blanks ignored, as for every field).
     pub fn from_word(word: &str) -> Option<Self> {
-        let word = word.trim();
+        let word = text::trim_blanks(word).ok()?;
         if word.eq_ignore_ascii_case("success") {
             Some(Self::Success)
         } else if word.eq_ignore_ascii_case("gateway_failure") {

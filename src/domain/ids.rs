@@ -9,13 +9,15 @@
 //! (zero-width, bidirectional: see `text`). Ids come from the orchestrator's
 //! own systems, which never make such ids, and accepting them would let two
 //! ids that look the same in a log be two customers, or let an id display as
-//! another. They are refused, not stripped, so no two ids merge.
+//! another. They are refused, not stripped, so no two ids merge. For the same
+//! reason only ASCII blanks are trimmed from the ends of ids, payment methods
+//! and attempt ids; any other whitespace there is refused (`text`).
 
 use std::fmt;
 
 use super::text;
 
-/// Longest merchant or customer id, in bytes, after trimming.
+/// Longest merchant or customer id, in bytes, after trimming ASCII blanks.
 pub const MAX_ID_BYTES: usize = 128;
 /// Longest hash field (and so longest part of one), in bytes.
 pub const MAX_FIELD_BYTES: usize = 64;
@@ -132,7 +134,7 @@ impl Connector {
 }
 
 fn parse_id(raw: &str, field: &str) -> Result<String, InvalidInput> {
-    let id = raw.trim();
+    let id = trim_blanks(raw, field)?;
     if id.is_empty() {
         return Err(InvalidInput::new(field, "must not be empty"));
     }
@@ -142,7 +144,7 @@ fn parse_id(raw: &str, field: &str) -> Result<String, InvalidInput> {
 }
 
 fn parse_method_part(raw: &str, field: &str) -> Result<String, InvalidInput> {
-    let part = raw.trim().to_uppercase();
+    let part = trim_blanks(raw, field)?.to_uppercase();
     if part.is_empty() {
         return Err(InvalidInput::new(field, "must not be empty"));
     }
@@ -155,6 +157,22 @@ fn parse_method_part(raw: &str, field: &str) -> Result<String, InvalidInput> {
     reject_forbidden_chars(&part, field)?;
     reject_longer_than(&part, MAX_FIELD_BYTES, field)?;
     Ok(part)
+}
+
+/// `raw` less its ASCII blanks (see `text`); refused by `field` when it
+/// begins or ends with any other whitespace, which is never stripped.
+pub(crate) fn trim_blanks<'a>(raw: &'a str, field: &str) -> Result<&'a str, InvalidInput> {
+    text::trim_blanks(raw).map_err(|blank| {
+        InvalidInput::new(
+            field,
+            format!(
+                "must not begin or end with U+{:04X}: only ASCII blanks (space, tab, CR, LF, \
+                 form feed) are trimmed, and other whitespace is refused so that two ids \
+                 never merge",
+                u32::from(blank)
+            ),
+        )
+    })
 }
 
 /// Refuses control and invisible formatting characters (see `text`), naming
@@ -188,6 +206,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// Trimmed of ASCII blanks (space, tab, CR, LF, form feed) only; a
+    /// no-break space inside was never stripped, and is kept.
     #[test]
     fn ids_are_trimmed_and_keep_their_case() {
         assert_eq!(
@@ -195,6 +215,8 @@ mod tests {
             "Merchant_1"
         );
         assert_eq!(CustomerId::parse(" Cus_AB ").unwrap().as_str(), "Cus_AB");
+        let id = CustomerId::parse(" \t\r\n\x0Cc\u{A0}1 \n").unwrap();
+        assert_eq!(id.as_str(), "c\u{A0}1");
     }
 
     #[test]
@@ -257,7 +279,7 @@ mod tests {
     #[test]
     fn methods_are_trimmed_and_upper_cased() {
         assert_eq!(
-            PaymentMethod::parse(" interac ").unwrap().as_str(),
+            PaymentMethod::parse(" interac\r\n").unwrap().as_str(),
             "INTERAC"
         );
         assert_eq!(PaymentMethodType::parse("rtp").unwrap().as_str(), "RTP");
@@ -290,17 +312,101 @@ mod tests {
         );
     }
 
+    /// Whitespace that `str::trim` strips and ASCII trimming does not: the
+    /// line and paragraph separators, NEL, NBSP, the wide and thin spaces,
+    /// and the vertical tab (Unicode White_Space, not ASCII whitespace).
+    const OTHER_BLANKS: &[char] = &[
+        '\u{2028}', '\u{2029}', '\u{85}', '\u{A0}', '\u{1680}', '\u{2000}', '\u{2009}', '\u{200A}',
+        '\u{202F}', '\u{205F}', '\u{3000}', '\u{B}',
+    ];
+
+    /// `c1` and `c1` followed by U+2028 must never be one customer: such a
+    /// blank at either end of an id or a method is refused by the field's
+    /// name and the code point, not stripped.
+    #[test]
+    fn other_blanks_at_the_ends_are_refused_not_stripped() {
+        for &blank in OTHER_BLANKS {
+            let code_point = format!("U+{:04X}", u32::from(blank));
+            for raw in [
+                format!("c1{blank}"),
+                format!("{blank}c1"),
+                format!(" {blank}c1\t"),
+                format!("c1{blank} "),
+            ] {
+                let refused = [
+                    MerchantId::parse(&raw).map(drop),
+                    CustomerId::parse(&raw).map(drop),
+                    PaymentMethod::parse(&raw).map(drop),
+                    PaymentMethodType::parse(&raw).map(drop),
+                ]
+                .map(Result::unwrap_err);
+                let fields = refused.each_ref().map(|err| err.field.as_str());
+                let expected = [
+                    "merchant_id",
+                    "customer_id",
+                    "payment_method",
+                    "payment_method_type",
+                ];
+                assert_eq!(fields, expected, "{raw:?}");
+                assert!(
+                    refused.iter().all(|err| err.reason.contains(&code_point)),
+                    "{raw:?}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn customer_debug_output_is_redacted() {
         let id = CustomerId::parse("cus_secret").unwrap();
         assert!(!format!("{id:?}").contains("secret"));
     }
 
+    /// ASCII blanks, as a caller may pad an id with them.
+    fn ascii_blanks() -> impl Strategy<Value = String> {
+        "[ \t\r\n\x0C]{0,3}"
+    }
+
+    /// A character at an id's end: any at all, or one of the blanks that
+    /// `str::trim` used to strip.
+    fn edge() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<char>().prop_map(String::from),
+            prop::sample::select(OTHER_BLANKS).prop_map(String::from),
+            "[a-z]",
+        ]
+    }
+
     proptest! {
+        /// Whatever sits at the ends, an accepted id (or method) is the
+        /// text less its ASCII blanks: no other character is ever
+        /// stripped, and a Unicode blank left at an end refuses the value
+        /// by its field.
+        #[test]
+        fn no_character_but_an_ascii_blank_is_ever_stripped(
+            pad in (ascii_blanks(), ascii_blanks()),
+            ends in (edge(), edge()),
+            middle in "\\PC{0,8}",
+        ) {
+            let raw = format!("{}{}{middle}{}{}", pad.0, ends.0, ends.1, pad.1);
+            let kept = raw.trim_ascii();
+            let blank_end = kept.starts_with(char::is_whitespace) || kept.ends_with(char::is_whitespace);
+            match CustomerId::parse(&raw) {
+                Ok(id) => prop_assert_eq!(id.as_str(), kept),
+                Err(err) => prop_assert_eq!(err.field, "customer_id"),
+            }
+            prop_assert!(!blank_end || CustomerId::parse(&raw).is_err());
+            match PaymentMethod::parse(&raw) {
+                Ok(method) => prop_assert_eq!(method.as_str(), kept.to_uppercase()),
+                Err(err) => prop_assert_eq!(err.field, "payment_method"),
+            }
+            prop_assert!(!blank_end || PaymentMethod::parse(&raw).is_err());
+        }
+
         #[test]
         fn accepted_ids_are_trimmed_bounded_and_printable(raw in "\\PC{0,140}") {
             if let Ok(id) = MerchantId::parse(&raw) {
-                prop_assert_eq!(id.as_str(), raw.trim());
+                prop_assert_eq!(id.as_str(), raw.trim_ascii());
                 prop_assert!(!id.as_str().is_empty() && id.as_str().len() <= MAX_ID_BYTES);
                 prop_assert!(!id.as_str().chars().any(text::is_forbidden));
             }
@@ -310,7 +416,7 @@ mod tests {
         fn accepted_methods_and_connectors_fit_a_hash_field(raw in any::<String>()) {
             if let Ok(method) = PaymentMethod::parse(&raw) {
                 prop_assert!(!method.as_str().contains(':'));
-                prop_assert_eq!(method.as_str(), raw.trim().to_uppercase());
+                prop_assert_eq!(method.as_str(), raw.trim_ascii().to_uppercase());
                 prop_assert!(method.as_str().len() <= MAX_FIELD_BYTES);
             }
             if let Ok(connector) = Connector::parse(&raw) {

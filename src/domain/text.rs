@@ -1,5 +1,6 @@
 //! Which characters a caller's text may hold: none that is invisible or
-//! changes how the text around it reads.
+//! changes how the text around it reads; and which blanks at its ends are
+//! trimmed: ASCII ones only.
 //!
 //! Ids, payment methods and connectors end up in Redis keys and hash fields,
 //! and in logs, dashboards and answers. A zero-width space (U+200B) makes two
@@ -14,6 +15,13 @@
 //! The Cf list is [`FORMAT_RANGES`], as of Unicode 16, small and explicit
 //! rather than a Unicode-tables dependency. ASCII text, the usual case, pays
 //! one pass over its bytes.
+//!
+//! Trimmed: the ASCII blanks (space, tab, CR, LF, form feed), which callers
+//! pad fields with. Any other whitespace left at an end (U+2028, NEL U+0085,
+//! no-break space U+00A0, the wide spaces, the vertical tab) is refused, not
+//! stripped: `str::trim` would strip it, and `c1` followed by U+2028 would be
+//! the customer `c1`. Inside a value such a character was never stripped,
+//! and is kept unless it is refused above.
 
 /// Unicode format characters (Cf) and the two separators (Zl, Zp), as
 /// inclusive ranges. U+2065, unassigned, is refused with its block.
@@ -48,6 +56,20 @@ pub fn first_forbidden(value: &str) -> Option<char> {
         return value.bytes().find(u8::is_ascii_control).map(char::from);
     }
     value.chars().find(|&ch| is_forbidden(ch))
+}
+
+/// `value` less the ASCII blanks at its ends; `Err` holds the character
+/// left at an end that is whitespace all the same (see the module's
+/// documentation), for the caller to refuse. The one trimming rule for
+/// every text field a caller sends.
+pub fn trim_blanks(value: &str) -> Result<&str, char> {
+    let trimmed = value.trim_ascii();
+    // Only the two end characters can be blanks that were not trimmed.
+    let ends = [trimmed.chars().next(), trimmed.chars().next_back()];
+    match ends.into_iter().flatten().find(|ch| ch.is_whitespace()) {
+        Some(blank) => Err(blank),
+        None => Ok(trimmed),
+    }
 }
 
 /// Whether `ch` is a control, format or line/paragraph separator character.
@@ -112,6 +134,32 @@ mod tests {
         for pair in FORMAT_RANGES.windows(2) {
             assert!(pair[0].0 <= pair[0].1 && pair[0].1 < pair[1].0, "{pair:?}");
         }
+    }
+
+    /// Every character, at either end: an ASCII blank is trimmed, any other
+    /// whitespace (all that `str::trim` strips beyond ASCII) is refused,
+    /// and anything else is kept as it is.
+    #[test]
+    fn only_ascii_blanks_are_trimmed_and_no_other_character_is_stripped() {
+        let mut refused = 0;
+        for ch in (0..=u32::from(char::MAX)).filter_map(char::from_u32) {
+            for value in [format!("a{ch}"), format!("{ch}a"), format!(" {ch}a\t")] {
+                let expected = if ch.is_ascii_whitespace() {
+                    Ok("a")
+                } else if ch.is_whitespace() {
+                    Err(ch)
+                } else {
+                    Ok(value.trim_ascii())
+                };
+                assert_eq!(trim_blanks(&value), expected, "U+{:04X}", u32::from(ch));
+            }
+            refused += usize::from(!ch.is_ascii_whitespace() && ch.is_whitespace());
+        }
+        // U+000B, U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029,
+        // U+202F, U+205F and U+3000: Unicode 16's White_Space less ASCII's.
+        assert_eq!(refused, 20);
+        assert_eq!(trim_blanks(" \t\r\n\x0C"), Ok(""));
+        assert_eq!(trim_blanks("c\u{A0}1"), Ok("c\u{A0}1"));
     }
 
     proptest! {

@@ -183,10 +183,8 @@ pub fn habits_response(habits: Vec<Habit>, ttl_seconds: i64) -> pb::GetHabitsRes
 mod tests {
     use super::*;
 
-    fn record(
-        f: impl FnOnce(&mut pb::RecordOutcomeRequest),
-    ) -> Result<RecordCommand, InvalidInput> {
-        let mut req = pb::RecordOutcomeRequest {
+    fn record_request() -> pb::RecordOutcomeRequest {
+        pb::RecordOutcomeRequest {
             merchant_id: "m1".into(),
             customer_id: "c1".into(),
             payment_method: "interac".into(),
@@ -194,7 +192,13 @@ mod tests {
             connector: "GIGADAT".into(),
             outcome: pb::Outcome::Success.into(),
             attempt_id: String::new(),
-        };
+        }
+    }
+
+    fn record(
+        f: impl FnOnce(&mut pb::RecordOutcomeRequest),
+    ) -> Result<RecordCommand, InvalidInput> {
+        let mut req = record_request();
         f(&mut req);
         record_command(&req)
     }
@@ -258,6 +262,127 @@ mod tests {
                 .field,
             "attempt_id"
         );
+    }
+
+    /// Whether `field`, as an error names it, is the proto field `name`
+    /// (a list's entry names its index: `eligible_connectors[0]`).
+    fn is_field(field: &str, name: &str) -> bool {
+        field == name || field.starts_with(&format!("{name}["))
+    }
+
+    /// Spoils one field of a request with its bad value number 0 or 1.
+    type Spoil<R> = fn(&mut R, usize);
+
+    /// Two bad values of every id and payment method: blank, and a
+    /// zero-width space inside.
+    const BAD_TEXT: [&str; 2] = [" ", "a\u{200B}b"];
+
+    /// The spoils of fields 1 to 4, which RecordOutcome and GetPin share
+    /// (a macro: the two requests have no common type).
+    macro_rules! shared_fields {
+        () => {
+            [
+                ("merchant_id", |r, v| r.merchant_id = BAD_TEXT[v].into()),
+                ("customer_id", |r, v| r.customer_id = BAD_TEXT[v].into()),
+                ("payment_method", |r, v| {
+                    r.payment_method = BAD_TEXT[v].into()
+                }),
+                ("payment_method_type", |r, v| {
+                    r.payment_method_type = BAD_TEXT[v].into()
+                }),
+            ]
+        };
+    }
+
+    /// For every set of bad fields (each subset of a request's fields,
+    /// given in the proto's order, with either bad value for each), the
+    /// error names the bad field with the lowest number, whatever the
+    /// later ones hold.
+    fn assert_lowest_bad_field_named<R: Clone>(
+        rpc: &str,
+        good: &R,
+        fields: &[(&str, Spoil<R>)],
+        parse: impl Fn(&R) -> Result<(), InvalidInput>,
+    ) {
+        parse(good).expect("the good request is accepted");
+        for bad in 1..1u32 << fields.len() {
+            for variant in 0..2 {
+                let mut req = good.clone();
+                for (i, (_, spoil)) in fields.iter().enumerate() {
+                    if bad & (1 << i) != 0 {
+                        spoil(&mut req, (variant + i) % 2);
+                    }
+                }
+                let lowest = fields[bad.trailing_zeros() as usize].0;
+                let err = parse(&req).expect_err("a bad request was accepted");
+                assert!(
+                    is_field(&err.field, lowest),
+                    "{rpc}, bad fields {bad:#b} (variant {variant}): named {err}, not {lowest}"
+                );
+            }
+        }
+    }
+
+    /// The case among them: a 61-byte connector (its combo over 64
+    /// bytes) with OUTCOME_UNSPECIFIED is a bad `connector`, field 5.
+    #[test]
+    fn record_outcome_names_its_lowest_numbered_bad_field() {
+        let mut good = record_request();
+        good.attempt_id = "pay_1".into();
+        let shared: [(&str, Spoil<pb::RecordOutcomeRequest>); 4] = shared_fields!();
+        let own: [(&str, Spoil<pb::RecordOutcomeRequest>); 3] = [
+            ("connector", |r, v| r.connector = "c".repeat([61, 0][v])),
+            ("outcome", |r, v| r.outcome = [0, 9][v]),
+            ("attempt_id", |r, v| {
+                r.attempt_id = ["a\u{7}".into(), "x".repeat(129)][v].clone();
+            }),
+        ];
+        let fields: Vec<_> = shared.into_iter().chain(own).collect();
+        assert_lowest_bad_field_named("RecordOutcome", &good, &fields, |r| {
+            record_command(r).map(drop)
+        });
+    }
+
+    #[test]
+    fn get_pin_names_its_lowest_numbered_bad_field() {
+        let mut good = pin_request();
+        good.eligible_connectors = vec!["GIGADAT".into()];
+        good.connector_scores = HashMap::from([("GIGADAT".into(), 0.5)]);
+        good.min_score_ratio = Some(0.5);
+        let shared: [(&str, Spoil<pb::GetPinRequest>); 4] = shared_fields!();
+        let own: [(&str, Spoil<pb::GetPinRequest>); 3] = [
+            ("eligible_connectors", |r, v| {
+                r.eligible_connectors = vec![String::new(); [1, 65][v]];
+            }),
+            ("connector_scores", |r, v| {
+                r.connector_scores
+                    .insert(["a", ""][v].into(), [-1.0, 1.0][v]);
+            }),
+            ("min_score_ratio", |r, v| {
+                r.min_score_ratio = Some([1.5, f64::NAN][v]);
+            }),
+        ];
+        let fields: Vec<_> = shared.into_iter().chain(own).collect();
+        assert_lowest_bad_field_named("GetPin", &good, &fields, |r| {
+            pin_query(r, 1, ScoreRatio::DEFAULT).map(drop)
+        });
+    }
+
+    /// GetHabits and ForgetCustomer both read their two ids with
+    /// `customer_ref`.
+    #[test]
+    fn get_habits_and_forget_customer_name_their_lowest_numbered_bad_field() {
+        let good = pb::GetHabitsRequest {
+            merchant_id: "m1".into(),
+            customer_id: "c1".into(),
+        };
+        let fields: [(&str, Spoil<pb::GetHabitsRequest>); 2] = [
+            ("merchant_id", |r, v| r.merchant_id = BAD_TEXT[v].into()),
+            ("customer_id", |r, v| r.customer_id = BAD_TEXT[v].into()),
+        ];
+        assert_lowest_bad_field_named("GetHabits, ForgetCustomer", &good, &fields, |r| {
+            customer_ref(&r.merchant_id, &r.customer_id).map(drop)
+        });
     }
 
     fn pin_request() -> pb::GetPinRequest {

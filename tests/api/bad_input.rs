@@ -31,6 +31,11 @@ fn bad_ids() -> Vec<(&'static str, String)> {
         ("DEL", "a\u{7f}b".into()),
         ("zero-width space", "c\u{200B}1".into()),
         ("right-to-left override", "\u{202E}1c".into()),
+        // Unicode blanks at the ends, which `str::trim` used to strip.
+        ("trailing line separator", "c1\u{2028}".into()),
+        ("trailing NEL", "c1\u{85}".into()),
+        ("leading no-break space", "\u{A0}c1".into()),
+        ("trailing ideographic space", " c1\u{3000}\t".into()),
     ]
 }
 
@@ -317,6 +322,89 @@ async fn invisible_and_bidi_characters_are_rejected_by_name() {
     assert_invalid(app.pin(pin).await, "eligible_connectors[1]", "RLO");
     assert_eq!(app.keys().await, before, "a bad request changed redis");
     assert_eq!(app.habits("c1").await.habits[0].net_count, 1);
+}
+
+/// `c1` followed by U+2028 (or NBSP, NEL, an ideographic space) was
+/// trimmed into `c1` and counted as that customer. Only ASCII blanks are
+/// trimmed; any other blank at an end is refused naming the field, so the
+/// two never merge, on every RPC.
+#[tokio::test]
+async fn unicode_blanks_at_the_ends_of_ids_are_refused_never_stripped() {
+    let app = spawn_app().await;
+    app.success("c1", "GIGADAT").await;
+    for blank in ['\u{2028}', '\u{85}', '\u{A0}', '\u{3000}'] {
+        for (field, merchant, customer) in [
+            ("customer_id", "m1".to_owned(), format!("c1{blank}")),
+            ("customer_id", "m1".to_owned(), format!("{blank}c1")),
+            ("merchant_id", format!("m1{blank}"), "c1".to_owned()),
+        ] {
+            let case = format!("{field} {merchant:?}/{customer:?}");
+            let mut request = outcome(&merchant, &customer, "GIGADAT", pb::Outcome::Success);
+            let status = assert_invalid(app.record(request.clone()).await, field, &case);
+            assert!(status.message().starts_with(field), "{case}: {status:?}");
+            request.outcome = pb::Outcome::GatewayFailure.into();
+            assert_invalid(app.record(request).await, field, &case);
+            let mut pin = pin_request(&customer, &[]);
+            pin.merchant_id.clone_from(&merchant);
+            assert_invalid(app.pin(pin).await, field, &case);
+            let habits = pb::GetHabitsRequest {
+                merchant_id: merchant.clone(),
+                customer_id: customer.clone(),
+            };
+            assert_invalid(app.api.clone().get_habits(habits).await, field, &case);
+            let forget = pb::ForgetCustomerRequest {
+                merchant_id: merchant,
+                customer_id: customer,
+            };
+            assert_invalid(app.api.clone().forget_customer(forget).await, field, &case);
+        }
+        let mut request = outcome("m1", "c1", "GIGADAT", pb::Outcome::Success);
+        request.attempt_id = format!("pay_1{blank}");
+        assert_invalid(app.record(request).await, "attempt_id", "attempt blank");
+    }
+    assert_eq!(app.habits("c1").await.habits[0].net_count, 1);
+    // ASCII blanks are still trimmed: this is c1.
+    app.success(" c1\t", "GIGADAT").await;
+    assert_eq!(app.habits("c1").await.habits[0].net_count, 2);
+    assert_eq!(app.customer_keys().await.len(), 1);
+}
+
+/// With several bad fields, the answer names the one with the lowest
+/// number in the proto: a 61-byte connector (its combo over 64 bytes) and
+/// OUTCOME_UNSPECIFIED is a bad `connector`, field 5, not `outcome`.
+#[tokio::test]
+async fn several_bad_fields_are_answered_with_the_lowest_numbered() {
+    let app = spawn_app().await;
+    let mut request = good(pb::Outcome::Unspecified);
+    request.connector = "c".repeat(61);
+    request.attempt_id = "x".repeat(129);
+    let status = assert_invalid(
+        app.record(request).await,
+        "connector",
+        "61 bytes, unspecified",
+    );
+    assert!(status.message().starts_with("connector:"), "{status:?}");
+    let mut pin = pin_request("c1", &["", "GIGADAT"]);
+    pin.payment_method_type = "a:b".into();
+    pin.min_score_ratio = Some(2.0);
+    let status = assert_invalid(app.pin(pin).await, "payment_method_type", "pin");
+    assert!(
+        status.message().starts_with("payment_method_type:"),
+        "{status:?}"
+    );
+    let habits = pb::GetHabitsRequest {
+        merchant_id: String::new(),
+        customer_id: "x".repeat(129),
+    };
+    let status = app.api.clone().get_habits(habits).await.unwrap_err();
+    assert!(status.message().starts_with("merchant_id:"), "{status:?}");
+    let forget = pb::ForgetCustomerRequest {
+        merchant_id: "m\u{200B}1".into(),
+        customer_id: String::new(),
+    };
+    let status = app.api.clone().forget_customer(forget).await.unwrap_err();
+    assert!(status.message().starts_with("merchant_id:"), "{status:?}");
+    assert_nothing_written(&app).await;
 }
 
 #[rstest]

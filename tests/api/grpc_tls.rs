@@ -242,15 +242,21 @@ async fn tls_without_a_client_ca_takes_clients_without_certificates() {
     }
 }
 
-#[tokio::test]
-async fn admin_rpcs_answer_only_the_named_identities() {
-    let pki = pki();
+/// The service over mTLS, its admin RPCs for a URI identity,
+/// `spiffe://test/admin`, and a DNS one, `ops.test`.
+async fn admin_app(pki: &Pki) -> TlsApp {
     let dir = pki.path("");
-    let app = TlsApp::spawn(|s| {
+    TlsApp::spawn(|s| {
         s.tls = Some(tls_files(&dir, Some("clients-ca")));
         s.admin_clients = AdminClients::parse("spiffe://test/admin, ops.test").unwrap();
     })
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn admin_rpcs_answer_only_the_named_identities() {
+    let pki = pki();
+    let app = admin_app(&pki).await;
     let habits = pb::GetHabitsRequest {
         merchant_id: "m1".into(),
         customer_id: "c1".into(),
@@ -301,6 +307,39 @@ async fn admin_rpcs_answer_only_the_named_identities() {
         .forget_customer(forget)
         .await;
     assert!(forgot.unwrap().into_inner().existed);
+}
+
+/// webpki checks DNS names but passes URI names through unchecked, so a
+/// certificate whose URI name spells `ops.test` proves nothing about the
+/// DNS name `ops.test`. Each entry matches only its own kind of name: a
+/// bare name a DNS name, a URI (a SPIFFE id) a URI name.
+#[tokio::test]
+async fn admin_identities_match_only_their_own_kind_of_name() {
+    let pki = pki();
+    pki.leaf("uri-spells-dns", "clients-ca", "URI:ops.test");
+    pki.leaf("dns-spells-uri", "clients-ca", "DNS:spiffe://test/admin");
+    pki.leaf("both", "clients-ca", "URI:ops.test,DNS:ops.test");
+    let app = admin_app(&pki).await;
+    let habits = pb::GetHabitsRequest {
+        merchant_id: "m1".into(),
+        customer_id: "c1".into(),
+    };
+    for (client, expected) in [
+        ("admin", Code::Ok),
+        ("ops", Code::Ok),
+        ("both", Code::Ok),
+        ("uri-spells-dns", Code::PermissionDenied),
+        ("dns-spells-uri", Code::PermissionDenied),
+    ] {
+        let channel = app.client(&pki, "server-ca", Some(client)).await.unwrap();
+        let answer = StickyRoutingClient::new(channel)
+            .get_habits(habits.clone())
+            .await;
+        let code = answer
+            .as_ref()
+            .map_or_else(tonic::Status::code, |_| Code::Ok);
+        assert_eq!(code, expected, "{client}: {answer:?}");
+    }
 }
 
 #[tokio::test]

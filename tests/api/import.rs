@@ -307,6 +307,43 @@ async fn bad_rows_are_reported_by_line_and_the_good_ones_applied() {
     assert_eq!(counts, vec![2, 1, 3]);
 }
 
+/// The import follows the API's blank rule: `c1` followed by U+2028, NEL
+/// or NBSP is a bad row naming `customer_id`, never a row for `c1`; ASCII
+/// blanks are trimmed.
+#[tokio::test]
+async fn unicode_blanks_at_the_ends_of_ids_are_bad_rows_not_stripped() {
+    let target = Target::start(Topology::Single).await;
+    let text = format!(
+        "{HEADER}\
+         m1,\tc1 ,card,credit,stripe,success,,\n\
+         m1,c1\u{2028},card,credit,stripe,success,,\n\
+         m1,c1\u{85},card,credit,stripe,success,,\n\
+         m1,\u{A0}c1,card,credit,stripe,success,,\n\
+         m1\u{3000},c1,card,credit,stripe,success,,\n"
+    );
+    let (_dir, path) = file_with("rows.csv", &text);
+    let ran = target.import(&[&path], &[]).await;
+    assert_eq!(ran.code, 1, "{}{}", ran.stdout, ran.stderr);
+    // Each bad row's `line N: field`, and nothing else reported bad.
+    let bad: Vec<String> = ran
+        .stderr
+        .lines()
+        .filter(|line| line.starts_with("line "))
+        .map(|line| line.splitn(3, ": ").take(2).collect::<Vec<_>>().join(": "))
+        .collect();
+    let expected = [
+        "line 3: customer_id",
+        "line 4: customer_id",
+        "line 5: customer_id",
+        "line 6: merchant_id",
+    ];
+    assert_eq!(bad, expected, "{}", ran.stderr);
+    assert_eq!(summary_count(&ran, "bad rows"), 4);
+    let state = target.state().await;
+    assert_eq!(state.len(), 1, "{state:?}");
+    assert_eq!(state["sticky_gw_m1_c1"]["CARD:CREDIT:stripe"], 1);
+}
+
 #[tokio::test]
 async fn a_dry_run_writes_nothing_and_needs_no_redis() {
     let text =

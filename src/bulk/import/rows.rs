@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::bulk::{ATTEMPT_COLUMN, COLUMNS, COUNT_COLUMN, Format};
 use crate::domain::InvalidInput;
 use crate::domain::counts::Outcome;
+use crate::domain::ids::trim_blanks;
 use crate::record::{RawOutcome, RecordCommand};
 
 /// The most outcomes one row may stand for: far above any real history,
@@ -85,8 +86,9 @@ impl Fields<'_> {
 }
 
 /// `count`: empty means 1; else a whole number from 1 to [`MAX_COUNT`].
+/// Trimmed as every other field is.
 fn parse_count(text: &str) -> Result<u32, String> {
-    let text = text.trim();
+    let text = trim_blanks(text, COUNT_COLUMN).map_err(|invalid| invalid.to_string())?;
     if text.is_empty() {
         return Ok(1);
     }

@@ -119,7 +119,8 @@ impl StickyRouting for Backend {
     }
 }
 
-/// An accepted id is trimmed, 1..=128 bytes and visible; both keys hold no
+/// An accepted id has no blank of any kind at its ends (ASCII ones are
+/// trimmed, others refused), is 1..=128 bytes and visible; both keys hold no
 /// hash tag and decode back to the ids, so no two customers share a key.
 fn check_customer(merchant: &MerchantId, customer: &CustomerId) {
     for id in [merchant.as_str(), customer.as_str()] {
@@ -157,17 +158,17 @@ fn check_combo(combo: &Combo, req: &pb::RecordOutcomeRequest) {
     let field = combo.field();
     assert!(field.len() <= MAX_FIELD_BYTES && !attempts::is_bookkeeping(field));
     let parts = split_field(field).expect("a combo field has two colons");
-    assert_eq!(parts.method, req.payment_method.trim().to_uppercase());
+    assert_eq!(parts.method, req.payment_method.trim_ascii().to_uppercase());
     assert_eq!(
         parts.method_type,
-        req.payment_method_type.trim().to_uppercase()
+        req.payment_method_type.trim_ascii().to_uppercase()
     );
     assert_eq!(parts.connector, req.connector);
 }
 
 /// An attempt id is present exactly when the caller sent a non-blank one.
 fn check_attempt(attempt: Option<&AttemptId>, raw: &str) {
-    assert_eq!(attempt.is_some(), !raw.trim().is_empty());
+    assert_eq!(attempt.is_some(), !raw.trim_ascii().is_empty());
     if let Some(attempt) = attempt {
         attempt.digest();
     }

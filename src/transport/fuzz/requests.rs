@@ -65,8 +65,8 @@ impl Request {
         };
         Some(format!(
             "{}:{}:",
-            method.trim().to_uppercase(),
-            method_type.trim().to_uppercase()
+            method.trim_ascii().to_uppercase(),
+            method_type.trim_ascii().to_uppercase()
         ))
     }
 }

@@ -14,10 +14,18 @@ use tokio::net::TcpStream;
 use tonic::transport::server::Connected;
 
 /// The URI and DNS subject alternative names of a client's certificate
-/// (SPIFFE ids are URIs). Empty without a client certificate.
+/// (SPIFFE ids are URIs), each kind apart. Empty without a client
+/// certificate.
+///
+/// Kept apart because webpki vouches for the two differently: a DNS name is
+/// returned only when it is a valid DNS name, but a URI name is passed
+/// through unchecked, so a URI name that reads `ops.example` proves nothing
+/// about the DNS name `ops.example`. A name is matched only against names of
+/// its own kind (`admin`).
 #[derive(Debug, Clone, Default)]
 pub struct ClientIdentity {
-    names: Arc<[String]>,
+    uris: Arc<[String]>,
+    dns_names: Arc<[String]>,
 }
 
 impl ClientIdentity {
@@ -29,25 +37,33 @@ impl ClientIdentity {
         let Ok(cert) = webpki::EndEntityCert::try_from(leaf) else {
             return Self::default();
         };
-        let names: Vec<String> = cert
-            .valid_uri_names()
-            .chain(cert.valid_dns_names())
-            .map(str::to_owned)
-            .collect();
+        Self::new(
+            cert.valid_uri_names().map(str::to_owned),
+            cert.valid_dns_names().map(str::to_owned),
+        )
+    }
+
+    /// An identity with these URI and DNS names, as a certificate would
+    /// carry them.
+    pub fn new(
+        uris: impl IntoIterator<Item = String>,
+        dns_names: impl IntoIterator<Item = String>,
+    ) -> Self {
         Self {
-            names: names.into(),
+            uris: uris.into_iter().collect(),
+            dns_names: dns_names.into_iter().collect(),
         }
     }
 
-    pub fn names(&self) -> &[String] {
-        &self.names
+    /// The certificate's URI names, as written: webpki checks only that
+    /// they are UTF-8.
+    pub fn uris(&self) -> &[String] {
+        &self.uris
     }
 
-    /// An identity with these names, as a certificate would carry them.
-    pub fn from_names(names: impl IntoIterator<Item = String>) -> Self {
-        Self {
-            names: names.into_iter().collect(),
-        }
+    /// The certificate's DNS names, each a valid DNS name (or wildcard).
+    pub fn dns_names(&self) -> &[String] {
+        &self.dns_names
     }
 }
 

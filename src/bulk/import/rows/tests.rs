@@ -72,6 +72,43 @@ fn bad_csv_rows_name_their_physical_line_and_field_never_the_customer() {
     assert!(last.command.attempt.is_some());
 }
 
+/// A row obeys the API's blank rule, in every field: ASCII blanks at the
+/// ends are trimmed, and any other blank there is refused by the field's
+/// name, so `c1` and `c1` followed by NBSP never become one customer.
+#[test]
+fn only_ascii_blanks_are_trimmed_from_a_rows_fields() {
+    let rows = read_all(
+        Format::Csv,
+        "merchant_id,customer_id,payment_method,payment_method_type,connector,outcome,count,attempt_id\n\
+         \tm1 , c1\t,card, credit ,stripe, success , 2 , a1 \n\
+         m1,c1\u{A0},card,credit,stripe,success,1,\n\
+         \u{2028}m1,c1,card,credit,stripe,success,1,\n\
+         m1,c1,card\u{3000},credit,stripe,success,1,\n\
+         m1,c1,card,credit,stripe,success\u{2028},1,\n\
+         m1,c1,card,credit,stripe,success,1\u{85},\n\
+         m1,c1,card,credit,stripe,success,1,a1\u{A0}\n",
+    );
+    let first = good(&rows[0]);
+    assert_eq!(first.command.customer.as_str(), "c1");
+    assert_eq!(first.command.merchant.as_str(), "m1");
+    assert_eq!(first.command.combo.field(), "CARD:CREDIT:stripe");
+    assert_eq!(first.times, 2);
+    let expected = [
+        (3, "customer_id:"),
+        (4, "merchant_id:"),
+        (5, "payment_method:"),
+        (6, "outcome:"),
+        (7, "count:"),
+        (8, "attempt_id:"),
+    ];
+    assert_eq!(rows.len(), 1 + expected.len());
+    for (parsed, (line, field)) in rows[1..].iter().zip(expected) {
+        let (got_line, reason) = bad(parsed);
+        assert_eq!(got_line, line, "{reason}");
+        assert!(reason.starts_with(field), "line {line}: {reason}");
+    }
+}
+
 #[test]
 fn a_csv_header_without_a_needed_column_stops_the_file() {
     let input: Box<dyn Read + Send> = Box::new(std::io::Cursor::new(
