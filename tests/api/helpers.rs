@@ -518,6 +518,39 @@ pub fn service_binary(vars: &[(&str, String)]) -> tokio::process::Command {
     command
 }
 
+/// A child's output, read as it comes so a full pipe never blocks it.
+pub fn drain(
+    output: Option<impl tokio::io::AsyncRead + Unpin + Send + 'static>,
+) -> JoinHandle<String> {
+    use tokio::io::AsyncReadExt;
+    let mut output = output.unwrap();
+    tokio::spawn(async move {
+        let mut text = String::new();
+        let _ = output.read_to_string(&mut text).await;
+        text
+    })
+}
+
+/// Waits (polling, up to `within`) until `probe` holds; `false` if the
+/// `child` ended first or the time ran out.
+pub async fn until_while_running(
+    child: &mut tokio::process::Child,
+    within: Duration,
+    probe: impl Fn() -> bool,
+) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if probe() {
+            return true;
+        }
+        if child.try_wait().unwrap().is_some() {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
 /// An API client over a plain HTTP/2 connection; see [`deadline_blind_api`].
 pub type DeadlineBlindApi = StickyRoutingClient<HttpClient<HttpConnector, tonic::body::Body>>;
 

@@ -3,15 +3,16 @@
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sticky_routing::domain::ids::{CustomerId, MerchantId};
 use sticky_routing::domain::keys::customer_key;
-use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Child;
 use tokio::task::JoinHandle;
 
-use crate::helpers::{RedisServer, TestRedis, Topology, service_binary};
+use crate::helpers::{
+    RedisServer, TestRedis, Topology, drain, service_binary, until_while_running,
+};
 use crate::import::{COMBOS, HEADER, Model, Rng, Target, generated, resume_hint, summary_count};
 use crate::redis_server::{ServerOptions, redis_cli};
 
@@ -163,16 +164,6 @@ fn assert_same_state(
     );
 }
 
-/// A child's output, read as it comes so a full pipe never blocks it.
-pub(crate) fn drain(output: Option<impl AsyncRead + Unpin + Send + 'static>) -> JoinHandle<String> {
-    let mut output = output.unwrap();
-    tokio::spawn(async move {
-        let mut text = String::new();
-        let _ = output.read_to_string(&mut text).await;
-        text
-    })
-}
-
 /// `name:value` of `INFO section` on `port`, as a number.
 fn info(port: u16, section: &str, name: &str) -> Option<u64> {
     redis_cli(port, &["INFO", section])
@@ -185,8 +176,6 @@ fn info(port: u16, section: &str, name: &str) -> Option<u64> {
         })
 }
 
-/// Waits (polling, up to `within`) until `probe` holds; `false` if the
-/// import `child` ended first or the time ran out.
 /// `import --no-admission FILE` against `target`, its output drained as it
 /// comes.
 fn spawn_import(
@@ -202,24 +191,6 @@ fn spawn_import(
         .unwrap();
     let (stdout, stderr) = (drain(child.stdout.take()), drain(child.stderr.take()));
     (child, stdout, stderr)
-}
-
-pub(crate) async fn until_while_running(
-    child: &mut Child,
-    within: Duration,
-    probe: impl Fn() -> bool,
-) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if probe() {
-            return true;
-        }
-        if child.try_wait().unwrap().is_some() {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    false
 }
 
 /// How many keys Redis on `port` holds.
