@@ -290,7 +290,7 @@ async fn an_unreachable_redis_exits_2_and_leaves_no_file() {
     let output = export_from(url, &[file.to_str().unwrap()]).await;
     assert_eq!(output.status.code(), Some(2));
     assert!(
-        stderr(&output).contains("cannot connect to redis"),
+        stderr(&output).contains("cannot reach Redis at redis://127.0.0.1:"),
         "{}",
         stderr(&output)
     );
