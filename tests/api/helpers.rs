@@ -551,6 +551,22 @@ pub async fn until_while_running(
     false
 }
 
+/// How a test's Redis fails under a bulk command (`import`, `export`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedisFailure {
+    /// The process is killed: its connections are closed.
+    Killed,
+    /// SIGSTOP: its connections stay open and nothing is answered.
+    Frozen,
+}
+
+/// How soon after its Redis dies or freezes a bulk command must have exited:
+/// the Redis timeout it runs with (the default: the tests set none) plus
+/// 5 s, as docs/operations.md promises.
+pub fn bulk_gives_up_within() -> Duration {
+    Settings::defaults().redis.command_timeout + Duration::from_secs(5)
+}
+
 /// An API client over a plain HTTP/2 connection; see [`deadline_blind_api`].
 pub type DeadlineBlindApi = StickyRoutingClient<HttpClient<HttpConnector, tonic::body::Body>>;
 
