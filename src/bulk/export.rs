@@ -26,7 +26,7 @@ use super::Format;
 use crate::config::{self, Settings};
 use crate::domain::ids::MerchantId;
 use crate::domain::keys::customer_key_pattern;
-use crate::storage::{HashContents, HashScanner, ScannedHash};
+use crate::storage::{HashContents, HashScanner, ScanError, ScannedHash};
 use decode::{Decoded, decode_hash};
 use output::{Row, RowWriter};
 
@@ -186,13 +186,16 @@ impl Summary {
 
 /// Connects, scans, writes; an error names what failed.
 async fn export(request: &Request, settings: &Settings) -> Result<Summary, String> {
-    let scanner = HashScanner::connect(&settings.redis)
-        .await
-        .map_err(|e| e.to_string())?;
+    let redis = super::bulk_redis(&settings.redis);
+    let scanner = match HashScanner::connect(&redis, super::START_WITHIN).await {
+        Ok(scanner) => scanner,
+        Err(ScanError::Connect(why)) => return Err(super::unreachable(&redis, &why)),
+        Err(error) => return Err(error.to_string()),
+    };
     let writer = RowWriter::open(request.path.as_deref(), request.format)
         .map_err(|e| cannot_write(request.path.as_deref(), &e))?;
     let result = write_all(&scanner, request, writer).await;
-    scanner.quit().await;
+    super::quit_within(scanner.quit()).await;
     result
 }
 

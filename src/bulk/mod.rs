@@ -5,13 +5,19 @@
 //! `STICKY_ROUTING_CONFIG`, then the environment), so they reach Redis
 //! exactly as the server does (single node, Cluster, Sentinel, TLS, ACL user)
 //! and apply the same rules. They share the row format: the columns
-//! [`COLUMNS`], an optional `count` and `attempt_id`.
+//! [`COLUMNS`], an optional `count` and `attempt_id`, and how they use
+//! Redis: [`bulk_redis`]'s settings, [`START_WITHIN`] to connect, and
+//! [`quit_within`] to leave, so that a Redis that is not there, dies or
+//! freezes ends either command with exit 2 within seconds.
 
 pub mod export;
 mod flags;
 pub mod import;
 
 use std::path::Path;
+use std::time::Duration;
+
+use crate::storage::{RedisSettings, redact_url};
 
 /// The columns every row has, in the order export writes them.
 pub const COLUMNS: [&str; 6] = [
@@ -53,6 +59,49 @@ impl Format {
     }
 }
 
+/// How long a bulk command waits for Redis at its start before it gives up
+/// (exit 2). Above the store's connection and handshake timeouts (2 s), so
+/// a refused connection is reported at once and a peer that accepts TCP but
+/// never answers (a frozen Redis, a black-holing proxy) as a timeout, both
+/// within this; nothing is retried past it: a one-off command should not
+/// sit out an outage, and an operator runs it again.
+pub const START_WITHIN: Duration = Duration::from_secs(3);
+
+/// What a bulk call may take beyond the service's `REDIS_TIMEOUT`. The
+/// calls are larger than the service's (a script call of 64 import rows, a
+/// SCAN page and its 1,000 HGETALLs in one pipeline), yet each takes Redis
+/// about a millisecond: this is room for a busy Redis and the network, not
+/// for the work. A Redis that died or froze is given up on within
+/// `REDIS_TIMEOUT` plus this.
+const CALL_SLACK: Duration = Duration::from_secs(2);
+
+/// How long a bulk command waits for its client's QUIT at the end.
+const QUIT_WITHIN: Duration = Duration::from_millis(500);
+
+/// The Redis settings both bulk commands connect with: the service's own
+/// (URL, user, TLS, pool), each call bounded by `REDIS_TIMEOUT` plus
+/// [`CALL_SLACK`].
+pub fn bulk_redis(service: &RedisSettings) -> RedisSettings {
+    let mut redis = service.clone();
+    redis.command_timeout = service.command_timeout + CALL_SLACK;
+    redis
+}
+
+/// Why a bulk command could not start: Redis at `redis.url` (its password
+/// redacted) did not connect, and `why`.
+pub fn unreachable(redis: &RedisSettings, why: &str) -> String {
+    format!("cannot reach Redis at {}: {why}", redact_url(&redis.url))
+}
+
+/// Runs `quit` (closing the command's Redis connections) for at most
+/// [`QUIT_WITHIN`]. fred 10.1's QUIT waits for the server's answer for the
+/// whole command timeout, and against a dead or frozen Redis none comes, so
+/// every failed run would end that much later; the process exits right
+/// after, which closes the connections anyway.
+pub async fn quit_within(quit: impl Future<Output = ()>) {
+    let _ = tokio::time::timeout(QUIT_WITHIN, quit).await;
+}
+
 /// Writes `text` to stdout, ignoring a closed pipe (`import … | head`):
 /// `print!` would panic there, and what is lost is only the reader's
 /// choice. The exit code still says how the command went.
@@ -87,5 +136,20 @@ mod tests {
         );
         assert_eq!(Format::from_path(Path::new("b.txt")), None);
         assert_eq!(Format::from_path(Path::new("-")), None);
+    }
+
+    #[test]
+    fn bulk_calls_get_the_service_timeout_and_the_slack() {
+        let mut service = crate::config::Settings::defaults().redis;
+        service.command_timeout = Duration::from_millis(250);
+        service.url = "redis://user:secret@127.0.0.1:6379".into();
+        let bulk = bulk_redis(&service);
+        assert_eq!(bulk.command_timeout, Duration::from_millis(2_250));
+        assert_eq!(bulk.url, service.url);
+        let problem = unreachable(&bulk, "refused");
+        assert_eq!(
+            problem,
+            "cannot reach Redis at redis://user:***@127.0.0.1:6379: refused"
+        );
     }
 }

@@ -32,11 +32,6 @@ use super::store::{CONNECTION_TIMEOUT, client_config};
 /// slice of Redis's time (HGETALL of a capped, listpack-encoded hash is
 /// cheap).
 const PAGE_SIZE: u32 = 1_000;
-/// Upper bound for one SCAN page or one page's pipeline. Far above the
-/// service's per-call timeout: a bulk read is not on a payment's path.
-const BULK_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long connecting (on Cluster: to every primary) may take.
-const CONNECT_WITHIN: Duration = Duration::from_secs(10);
 /// Pages read ahead of the writer, per primary.
 const PAGES_AHEAD: usize = 2;
 
@@ -75,15 +70,20 @@ pub struct HashScanner {
     client: Client,
     /// The clients that scan: each primary's own on Cluster, else `client`.
     nodes: Vec<Client>,
+    /// How long one page may take: its hashes and the next page's keys.
+    page_within: Duration,
 }
 
 impl HashScanner {
-    /// Connects with the service's Redis settings (URL, user, password,
-    /// TLS files): to the node, the Sentinel-named primary, or every
-    /// primary of a Cluster.
-    pub async fn connect(redis: &RedisSettings) -> Result<Self, ScanError> {
+    /// Connects with `redis` (URL, user, password, TLS files): to the
+    /// node, the Sentinel-named primary, or every primary of a Cluster, all
+    /// within `start_within`. Each page of the scan is then read within
+    /// `redis.command_timeout`.
+    pub async fn connect(redis: &RedisSettings, start_within: Duration) -> Result<Self, ScanError> {
         let mut config = client_config(redis)?;
-        // An unreachable Redis is an error now, not a reconnect loop.
+        // An unreachable Redis is an error now, not a reconnect loop: a
+        // refused connection fails at once, a silent peer once its
+        // handshake has had `CONNECTION_TIMEOUT`.
         config.fail_fast = true;
         let client = Builder::from_config(config)
             .with_connection_config(|c| {
@@ -92,23 +92,23 @@ impl HashScanner {
                 c.max_command_attempts = 3;
                 c.tcp.nodelay = Some(true);
             })
-            .with_performance_config(|p| p.default_command_timeout = BULK_TIMEOUT)
+            .with_performance_config(|p| p.default_command_timeout = redis.command_timeout)
             .set_policy(ReconnectPolicy::new_exponential(3, 100, 2_000, 2))
             .build()
             .map_err(ConnectError::Client)?;
-        connect_within(&client).await?;
-        let nodes = if client.is_clustered() {
-            let nodes = client
-                .split_cluster()
-                .map_err(|e| ScanError::Connect(e.to_string()))?;
-            for node in &nodes {
-                connect_within(node).await?;
+        let nodes = match tokio::time::timeout(start_within, connect_all(&client)).await {
+            Ok(nodes) => nodes?,
+            Err(_) => {
+                return Err(ScanError::Connect(format!(
+                    "no connection within {start_within:?}"
+                )));
             }
-            nodes
-        } else {
-            vec![client.clone()]
         };
-        Ok(Self { client, nodes })
+        Ok(Self {
+            client,
+            nodes,
+            page_within: redis.command_timeout,
+        })
     }
 
     /// How many primaries are scanned.
@@ -123,7 +123,13 @@ impl HashScanner {
     pub fn scan(&self, pattern: &str) -> mpsc::Receiver<Result<Vec<ScannedHash>, ScanError>> {
         let (pages, receiver) = mpsc::channel(PAGES_AHEAD * self.nodes.len());
         for node in &self.nodes {
-            tokio::spawn(scan_node(node.clone(), pattern.to_owned(), pages.clone()));
+            let scan = scan_node(
+                node.clone(),
+                pattern.to_owned(),
+                self.page_within,
+                pages.clone(),
+            );
+            tokio::spawn(scan);
         }
         receiver
     }
@@ -137,43 +143,62 @@ impl HashScanner {
     }
 }
 
-async fn connect_within(client: &Client) -> Result<(), ScanError> {
-    match tokio::time::timeout(CONNECT_WITHIN, client.init()).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(error)) => Err(ScanError::Connect(error.to_string())),
-        Err(_) => Err(ScanError::Connect(format!(
-            "no connection within {}s",
-            CONNECT_WITHIN.as_secs()
-        ))),
+/// The clients that scan, connected: `client` itself, or on Cluster one
+/// per primary.
+async fn connect_all(client: &Client) -> Result<Vec<Client>, ScanError> {
+    let connect = |error: Error| ScanError::Connect(error.to_string());
+    client.init().await.map_err(connect)?;
+    if !client.is_clustered() {
+        return Ok(vec![client.clone()]);
     }
+    let nodes = client.split_cluster().map_err(connect)?;
+    for node in &nodes {
+        node.init().await.map_err(connect)?;
+    }
+    Ok(nodes)
 }
 
 /// Scans one primary to its end, sending each page's hashes to `pages`.
+/// Each step (the first page's keys; then a page's hashes together with
+/// the next page's keys, asked for at once) must end within `page_within`
+/// of its start: one deadline for the step's two calls, whatever each of
+/// them meets inside fred (a retry after a dropped connection, a queue
+/// while it reconnects), so a dead or frozen Redis ends the scan then.
 async fn scan_node(
     node: Client,
     pattern: String,
+    page_within: Duration,
     pages: mpsc::Sender<Result<Vec<ScannedHash>, ScanError>>,
 ) {
-    let mut page = scan_page(&node, "0".into(), &pattern).await;
+    let read = |error: Error| ScanError::Read(error.to_string());
+    let late = || ScanError::Read(format!("no answer within {page_within:?}"));
+    let mut page = tokio::time::timeout(page_within, scan_page(&node, "0".into(), &pattern))
+        .await
+        .map_or_else(|_| Err(late()), |page| page.map_err(read));
     loop {
         let (cursor, keys) = match page {
             Ok(page) => page,
             Err(error) => {
-                let _ = pages.send(Err(ScanError::Read(error.to_string()))).await;
+                let _ = pages.send(Err(error)).await;
                 return;
             }
         };
         let more = cursor != "0";
-        let (hashes, next) = tokio::join!(fetch_hashes(&node, keys), async {
-            if more {
-                Some(scan_page(&node, cursor, &pattern).await)
-            } else {
-                None
-            }
+        let step = tokio::time::timeout(page_within, async {
+            tokio::join!(fetch_hashes(&node, keys), async {
+                if more {
+                    Some(scan_page(&node, cursor, &pattern).await)
+                } else {
+                    None
+                }
+            })
         });
-        let sent = hashes.map_err(|error| ScanError::Read(error.to_string()));
-        let failed = sent.is_err();
-        if pages.send(sent).await.is_err() || failed {
+        let (hashes, next) = match step.await {
+            Ok((hashes, next)) => (hashes.map_err(read), next.map(|next| next.map_err(read))),
+            Err(_) => (Err(late()), None),
+        };
+        let failed = hashes.is_err();
+        if pages.send(hashes).await.is_err() || failed {
             return;
         }
         match next {

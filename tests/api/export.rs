@@ -63,16 +63,21 @@ async fn populate(app: &TestApp) -> Vec<Row> {
     expected
 }
 
-/// Runs `sticky-routing export args…` against `url` as the export user.
-async fn export_from(url: String, args: &[&str]) -> Output {
+/// `sticky-routing export args…` against `url` as the export user.
+pub(crate) fn export_command(url: String, args: &[&str]) -> tokio::process::Command {
     let vars = [
         ("STICKY_ROUTING_REDIS_URL", url),
         ("STICKY_ROUTING_REDIS_USERNAME", EXPORT_USER.to_owned()),
         ("STICKY_ROUTING_REDIS_PASSWORD", EXPORT_PASSWORD.to_owned()),
     ];
-    service_binary(&vars)
-        .arg("export")
-        .args(args)
+    let mut command = service_binary(&vars);
+    command.arg("export").args(args);
+    command
+}
+
+/// Runs `sticky-routing export args…` against `url` as the export user.
+async fn export_from(url: String, args: &[&str]) -> Output {
+    export_command(url, args)
         .output()
         .await
         .expect("the binary runs")
@@ -290,7 +295,7 @@ async fn an_unreachable_redis_exits_2_and_leaves_no_file() {
     let output = export_from(url, &[file.to_str().unwrap()]).await;
     assert_eq!(output.status.code(), Some(2));
     assert!(
-        stderr(&output).contains("cannot connect to redis"),
+        stderr(&output).contains("cannot reach Redis at redis://127.0.0.1:"),
         "{}",
         stderr(&output)
     );

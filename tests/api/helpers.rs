@@ -518,6 +518,55 @@ pub fn service_binary(vars: &[(&str, String)]) -> tokio::process::Command {
     command
 }
 
+/// A child's output, read as it comes so a full pipe never blocks it.
+pub fn drain(
+    output: Option<impl tokio::io::AsyncRead + Unpin + Send + 'static>,
+) -> JoinHandle<String> {
+    use tokio::io::AsyncReadExt;
+    let mut output = output.unwrap();
+    tokio::spawn(async move {
+        let mut text = String::new();
+        let _ = output.read_to_string(&mut text).await;
+        text
+    })
+}
+
+/// Waits (polling, up to `within`) until `probe` holds; `false` if the
+/// `child` ended first or the time ran out.
+pub async fn until_while_running(
+    child: &mut tokio::process::Child,
+    within: Duration,
+    probe: impl Fn() -> bool,
+) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if probe() {
+            return true;
+        }
+        if child.try_wait().unwrap().is_some() {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+/// How a test's Redis fails under a bulk command (`import`, `export`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedisFailure {
+    /// The process is killed: its connections are closed.
+    Killed,
+    /// SIGSTOP: its connections stay open and nothing is answered.
+    Frozen,
+}
+
+/// How soon after its Redis dies or freezes a bulk command must have exited:
+/// the Redis timeout it runs with (the default: the tests set none) plus
+/// 5 s, as docs/operations.md promises.
+pub fn bulk_gives_up_within() -> Duration {
+    Settings::defaults().redis.command_timeout + Duration::from_secs(5)
+}
+
 /// An API client over a plain HTTP/2 connection; see [`deadline_blind_api`].
 pub type DeadlineBlindApi = StickyRoutingClient<HttpClient<HttpConnector, tonic::body::Body>>;
 

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
-use crate::helpers::{Topology, service_binary};
+use crate::helpers::{Topology, drain, service_binary, until_while_running};
 use crate::import::{Target, generated};
-use crate::import_failures::{drain, script_calls, until_while_running};
+use crate::import_failures::script_calls;
 
 /// Lines of a child's stderr as they come.
 fn lines_of(stderr: Option<tokio::process::ChildStderr>) -> mpsc::UnboundedReceiver<String> {

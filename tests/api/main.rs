@@ -7,6 +7,7 @@
 mod admission;
 mod admission_memory;
 mod bad_input;
+mod bulk_fail_fast;
 mod concurrency;
 mod connections;
 mod deploy_files;

@@ -10,11 +10,13 @@
 //! (Ctrl-C, SIGTERM) first finishes the rows already handed to a lane.
 //!
 //! A Redis error that leaves rows unanswered (a timeout, a lost connection)
-//! stops the import with exit code 2. Those rows may or may not have been
-//! applied, and the other lanes finish their rows, so the N printed is the
-//! first unfinished row and rows after it may already have been applied:
-//! resuming sends them again, which applies them twice only if they carry
-//! no `attempt_id`. The message says so.
+//! stops the import with exit code 2: a dead or frozen Redis within
+//! `REDIS_TIMEOUT` and a few seconds, the import's calls being bounded as
+//! both bulk commands' are (`crate::bulk::bulk_redis`). Those rows may or
+//! may not have been applied, and the other lanes finish their rows, so
+//! the N printed is the first unfinished row and rows after it may already
+//! have been applied: resuming sends them again, which applies them twice
+//! only if they carry no `attempt_id`. The message says so.
 
 mod apply;
 mod args;
@@ -28,13 +30,14 @@ use std::io::Read;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 
+use crate::bulk::START_WITHIN;
 use crate::config::Settings;
-use crate::storage::{RedisStore, redact_url};
+use crate::storage::RedisStore;
 use crate::telemetry::Metrics;
 use apply::Applier;
 use args::ImportArgs;
@@ -48,12 +51,6 @@ use summary::{Summary, Tally};
 const ROUND_ROWS: usize = 4096;
 /// Rows the reader hands over at once.
 const CHUNK_ROWS: usize = 1024;
-/// One batch is a pipeline of thousands of rows, answered when all have
-/// run: it gets at least this long, whatever the service's per-call
-/// timeout.
-const BATCH_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long the import waits for Redis before giving up (exit 2).
-const CONNECT_WAIT: Duration = Duration::from_secs(5);
 
 const EXIT_BAD_ROWS: u8 = 1;
 const EXIT_TROUBLE: u8 = 2;
@@ -146,7 +143,7 @@ async fn import(args: ImportArgs, settings: Settings) -> ExitCode {
                     no_admission: args.no_admission,
                 };
                 let ended = run.apply_all(&applier, &mut batches, &stop).await;
-                store.quit().await;
+                crate::bulk::quit_within(store.quit()).await;
                 tasks.close();
                 ended
             }
@@ -206,30 +203,27 @@ enum Ended {
 
 /// The store, connected, with its scripts loaded; or why not.
 async fn connect(settings: &Settings) -> Result<(RedisStore, TaskTracker), String> {
-    let mut redis = settings.redis.clone();
-    redis.command_timeout = redis.command_timeout.max(BATCH_TIMEOUT);
+    let redis = crate::bulk::bulk_redis(&settings.redis);
     let metrics = Metrics::new().map_err(|e| format!("cannot set up metrics: {e}"))?;
     let tasks = TaskTracker::new();
     let store = RedisStore::connect(&redis, &tasks, Arc::new(metrics))
         .map_err(|e| format!("cannot connect to Redis: {e}"))?;
-    let cannot = |why: String| {
-        format!(
-            "cannot reach Redis at {}: {why}",
-            redact_url(&settings.redis.url)
-        )
+    let problem = if !store.wait_connected(START_WITHIN).await {
+        let why = store.connection_problem();
+        Some(why.unwrap_or_else(|| format!("no connection within {START_WITHIN:?}")))
+    } else {
+        let loaded = store.preload_batch_script().await;
+        loaded
+            .err()
+            .map(|error| format!("loading the scripts failed: {error}"))
     };
-    if !store.wait_connected(CONNECT_WAIT).await {
-        let why = store
-            .connection_problem()
-            .unwrap_or_else(|| format!("no connection within {CONNECT_WAIT:?}"));
-        store.quit().await;
-        return Err(cannot(why));
+    match problem {
+        None => Ok((store, tasks)),
+        Some(why) => {
+            crate::bulk::quit_within(store.quit()).await;
+            Err(crate::bulk::unreachable(&redis, &why))
+        }
     }
-    if let Err(error) = store.preload_batch_script().await {
-        store.quit().await;
-        return Err(cannot(format!("loading the scripts failed: {error}")));
-    }
-    Ok((store, tasks))
 }
 
 /// Reads the file on its own thread (it may block on stdin), handing over
