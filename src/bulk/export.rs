@@ -34,9 +34,10 @@ use output::{Row, RowWriter};
 pub const HELP: &str = "\
 usage: sticky-routing export [--config FILE] [--merchant ID] [--format csv|jsonl] [FILE|-]
 
-Writes every habit in Redis as a success row whose count is its net count,
-in the format `sticky-routing import` reads. Rows go to FILE, or to stdout
-(`-` or no FILE); progress and the summary go to stderr.
+Writes every habit in Redis as success rows whose counts add up to its net
+count (one row, or rows of at most 1,000,000,000, the most one import row
+takes), in the format `sticky-routing import` reads. Rows go to FILE, or to
+stdout (`-` or no FILE); progress and the summary go to stderr.
 
   --config FILE      the service's TOML settings (else STICKY_ROUTING_CONFIG);
                      the STICKY_ROUTING_REDIS_* variables apply as for the server
@@ -266,11 +267,12 @@ fn write_page(
                 }
                 summary.customers += 1;
                 for habit in &habits {
-                    let row = Row::success(merchant.as_str(), customer.as_str(), habit);
-                    writer
-                        .write(&row)
-                        .map_err(|e| cannot_write(request.path.as_deref(), &e))?;
-                    summary.rows += 1;
+                    for row in Row::successes(merchant.as_str(), customer.as_str(), habit) {
+                        writer
+                            .write(&row)
+                            .map_err(|e| cannot_write(request.path.as_deref(), &e))?;
+                        summary.rows += 1;
+                    }
                 }
             }
         }

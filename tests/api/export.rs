@@ -6,7 +6,8 @@
 //! counted and skipped; an unreachable Redis exits 2.
 //!
 //! The `round_trip_*` tests import the export into an empty Redis with the
-//! binary's `import --no-admission` and compare every hash.
+//! binary's `import --no-admission` and compare every hash, also for counts
+//! above what one import row may stand for.
 
 use std::collections::BTreeMap;
 use std::process::Output;
@@ -16,6 +17,7 @@ use rstest::rstest;
 use sticky_routing::transport::pb;
 
 use crate::helpers::*;
+use crate::import::{HEADER, Target, file_with};
 use crate::redis_server::{EXPORT_PASSWORD, EXPORT_USER};
 
 /// One exported row: merchant, customer, PM, PMT, connector, outcome, count.
@@ -375,4 +377,56 @@ async fn round_trip_single_node(#[case] format: &str) {
 #[tokio::test]
 async fn round_trip_cluster() {
     round_trip(Topology::Cluster, "csv").await;
+}
+
+/// Counts that imports made from rows of at most 10^9 (the rows' limit):
+/// 10^9, 10^9 + 1, 2 x 10^9 (the two rows of 10^9) and 25 x 10^9 + 3.
+/// Export writes each as rows import takes, and importing the export into
+/// an empty Redis gives the same counts. (i64::MAX, the largest count
+/// HINCRBY leaves, would be 9.2e9 rows: src/bulk/export/output.rs tests its
+/// split.)
+#[tokio::test]
+async fn round_trip_keeps_counts_above_one_rows_limit() {
+    const BILLION: i64 = 1_000_000_000;
+    let made: [(&str, Vec<i64>); 4] = [
+        ("c1", vec![BILLION]),
+        ("c2", vec![BILLION, 1]),
+        ("c3", vec![BILLION; 2]),
+        ("c4", [vec![BILLION; 25], vec![3]].concat()),
+    ];
+    let mut text = String::from(HEADER);
+    let mut expected = BTreeMap::new();
+    for (customer, counts) in &made {
+        for count in counts {
+            text.push_str(&format!(
+                "m1,{customer},interac,rtp,GIGADAT,success,{count},\n"
+            ));
+        }
+        let combos = BTreeMap::from([("INTERAC:RTP:GIGADAT".to_owned(), counts.iter().sum())]);
+        expected.insert(format!("sticky_gw_m1_{customer}"), combos);
+    }
+    let (_made_dir, made_file) = file_with("made.csv", &text);
+    let source = Target::start(Topology::Single).await;
+    let ran = source.import(&["--no-admission", &made_file], &[]).await;
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert_eq!(source.state().await, expected);
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("habits.csv");
+    let output = export_from(source.redis.url(), &[file.to_str().unwrap()]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let rows = csv_rows(&std::fs::read(&file).unwrap());
+    assert!(
+        rows.iter().all(|row| (1..=BILLION).contains(&row.6)),
+        "a row import refuses: {rows:?}"
+    );
+    let summary = format!("done: 4 customers, {} rows", rows.len());
+    assert!(stderr(&output).contains(&summary), "{}", stderr(&output));
+
+    let target = Target::start(Topology::Single).await;
+    let ran = target
+        .import(&["--no-admission", file.to_str().unwrap()], &[])
+        .await;
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert_eq!(target.state().await, expected);
 }
