@@ -16,11 +16,10 @@ use rstest::rstest;
 
 use crate::export::export_command;
 use crate::helpers::{
-    RedisFailure, RedisServer, SERVICE_PASSWORD, SERVICE_USER, bulk_gives_up_within, drain,
+    RedisFailure, RedisServer, SERVICE_PASSWORD, SERVICE_USER, bulk_gives_up_within, drain, fill,
     free_port, service_binary, until_while_running,
 };
 use crate::import::HEADER;
-use crate::redis_server::redis_cli;
 
 /// How soon a bulk command must give up on a Redis it cannot reach at all.
 const UNREACHABLE_WITHIN: Duration = Duration::from_secs(5);
@@ -108,17 +107,6 @@ async fn an_unreachable_redis_at_the_start_is_exit_2_within_5_s(
     assert!(stderr.to_lowercase().contains(says), "{stderr}");
     // Nothing written: the export's file is created only once it is done.
     assert!(!dir.path().join("out.csv").exists());
-}
-
-/// `customers` customer hashes of merchant `m1` in Redis on `port`, one
-/// habit each, written by one script so that the fill takes well under a
-/// second.
-fn fill(port: u16, customers: u32) {
-    let script = "for i = 1, tonumber(ARGV[1]) do \
-                  redis.call('HSET', 'sticky_gw_m1_c' .. i, 'INTERAC:RTP:GIGADAT', '3') end";
-    redis_cli(port, &["EVAL", script, "0", &customers.to_string()]);
-    let held: u32 = redis_cli(port, &["DBSIZE"]).trim().parse().unwrap();
-    assert_eq!(held, customers);
 }
 
 /// An export of Redis on `redis` into a file, once it has written rows
