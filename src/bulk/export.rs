@@ -16,11 +16,14 @@
 
 mod decode;
 mod output;
+mod seen;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
 
 use super::Format;
 use crate::config::{self, Settings};
@@ -29,14 +32,16 @@ use crate::domain::keys::customer_key_pattern;
 use crate::storage::{HashContents, HashScanner, ScanError, ScannedHash};
 use decode::{Decoded, decode_hash};
 use output::{Row, RowWriter};
+use seen::Seen;
 
 /// `export --help`, and the line the binary's own `--help` can show.
 pub const HELP: &str = "\
 usage: sticky-routing export [--config FILE] [--merchant ID] [--format csv|jsonl] [FILE|-]
 
-Writes every habit in Redis as a success row whose count is its net count,
-in the format `sticky-routing import` reads. Rows go to FILE, or to stdout
-(`-` or no FILE); progress and the summary go to stderr.
+Writes every habit in Redis as success rows whose counts add up to its net
+count (one row, or rows of at most 1,000,000,000, the most one import row
+takes), in the format `sticky-routing import` reads. Rows go to FILE, or to
+stdout (`-` or no FILE); progress and the summary go to stderr.
 
   --config FILE      the service's TOML settings (else STICKY_ROUTING_CONFIG);
                      the STICKY_ROUTING_REDIS_* variables apply as for the server
@@ -151,6 +156,8 @@ struct Summary {
     rows: u64,
     unreadable_keys: u64,
     unreadable_fields: u64,
+    /// Keys SCAN named again after they were written, and not written again.
+    repeats: u64,
     elapsed: Duration,
 }
 
@@ -172,6 +179,12 @@ impl Summary {
             self.elapsed.as_secs_f64(),
             self.rate()
         );
+        if self.repeats > 0 {
+            eprintln!(
+                "sticky-routing export: {} keys that the scan named more than once were written once",
+                self.repeats
+            );
+        }
         if self.unreadable_keys + self.unreadable_fields == 0 {
             return ExitCode::SUCCESS;
         }
@@ -194,24 +207,27 @@ async fn export(request: &Request, settings: &Settings) -> Result<Summary, Strin
     };
     let writer = RowWriter::open(request.path.as_deref(), request.format)
         .map_err(|e| cannot_write(request.path.as_deref(), &e))?;
-    let result = write_all(&scanner, request, writer).await;
+    let pages = scanner.scan(&customer_key_pattern(request.merchant.as_ref()));
+    let result = write_all(pages, request, writer).await;
     super::quit_within(scanner.quit()).await;
     result
 }
 
+/// Writes every page that `pages` brings, each key once; the file is
+/// renamed into place only if the pages end without an error.
 async fn write_all(
-    scanner: &HashScanner,
+    mut pages: mpsc::Receiver<Result<Vec<ScannedHash>, ScanError>>,
     request: &Request,
     mut writer: RowWriter,
 ) -> Result<Summary, String> {
     let started = Instant::now();
     let mut summary = Summary::default();
+    let mut seen = Seen::default();
     let mut next_progress = started + PROGRESS_EVERY;
-    let mut pages = scanner.scan(&customer_key_pattern(request.merchant.as_ref()));
     while let Some(page) = pages.recv().await {
         let written = page
             .map_err(|e| e.to_string())
-            .and_then(|page| write_page(&page, request, &mut writer, &mut summary));
+            .and_then(|page| write_page(&page, request, &mut writer, &mut seen, &mut summary));
         if let Err(problem) = written {
             writer.abandon();
             return Err(problem);
@@ -234,22 +250,33 @@ async fn write_all(
     Ok(summary)
 }
 
+/// Writes one page's customers. A key counts as written (in `seen`) once
+/// it gave rows or was counted unreadable; a key found empty (deleted
+/// between SCAN and HGETALL) or of another merchant is not, so a later
+/// sighting of it is still read.
 fn write_page(
     page: &[ScannedHash],
     request: &Request,
     writer: &mut RowWriter,
+    seen: &mut Seen,
     summary: &mut Summary,
 ) -> Result<(), String> {
     for hash in page {
         let fields = match &hash.contents {
             HashContents::Fields(fields) => fields,
             HashContents::NotAHash => {
-                summary.unreadable_keys += 1;
+                if first_sighting(&hash.key, seen, summary) {
+                    summary.unreadable_keys += 1;
+                }
                 continue;
             }
         };
         match decode_hash(&hash.key, fields) {
-            Decoded::UnreadableKey => summary.unreadable_keys += 1,
+            Decoded::UnreadableKey => {
+                if first_sighting(&hash.key, seen, summary) {
+                    summary.unreadable_keys += 1;
+                }
+            }
             Decoded::Customer {
                 merchant,
                 customer,
@@ -260,22 +287,34 @@ fn write_page(
                 if request.merchant.as_ref().is_some_and(|m| *m != merchant) {
                     continue;
                 }
+                let nothing = habits.is_empty() && unreadable_fields == 0;
+                if nothing || !first_sighting(&hash.key, seen, summary) {
+                    continue;
+                }
                 summary.unreadable_fields += unreadable_fields as u64;
                 if habits.is_empty() {
                     continue;
                 }
                 summary.customers += 1;
                 for habit in &habits {
-                    let row = Row::success(merchant.as_str(), customer.as_str(), habit);
-                    writer
-                        .write(&row)
-                        .map_err(|e| cannot_write(request.path.as_deref(), &e))?;
-                    summary.rows += 1;
+                    for row in Row::successes(merchant.as_str(), customer.as_str(), habit) {
+                        writer
+                            .write(&row)
+                            .map_err(|e| cannot_write(request.path.as_deref(), &e))?;
+                        summary.rows += 1;
+                    }
                 }
             }
         }
     }
     Ok(())
+}
+
+/// Whether `key` is written now for the first time; a repeat is counted.
+fn first_sighting(key: &[u8], seen: &mut Seen, summary: &mut Summary) -> bool {
+    let first = seen.first_time(key);
+    summary.repeats += u64::from(!first);
+    first
 }
 
 fn cannot_write(path: Option<&Path>, error: &std::io::Error) -> String {
@@ -314,6 +353,64 @@ mod tests {
         assert_eq!(request.config_file, Some(PathBuf::from("a.toml")));
         assert_eq!(request.path, Some(PathBuf::from("x.csv")));
         assert_eq!(parse(&["x.csv", "--help"]).unwrap(), None);
+    }
+
+    /// A customer hash of merchant `m1` as a SCAN page brings it.
+    fn scanned(customer: &str, contents: HashContents) -> ScannedHash {
+        let key = crate::domain::keys::customer_key(
+            &MerchantId::parse("m1").unwrap(),
+            &crate::domain::ids::CustomerId::parse(customer).unwrap(),
+        );
+        ScannedHash {
+            key: key.as_bytes().to_vec(),
+            contents,
+        }
+    }
+
+    fn habit(count: &str) -> HashContents {
+        HashContents::Fields(vec![(b"INTERAC:RTP:GIGADAT".to_vec(), count.into())])
+    }
+
+    #[tokio::test]
+    async fn a_key_the_scan_names_again_is_written_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("out.csv");
+        let request = parse(&[file.to_str().unwrap()]).unwrap().unwrap();
+        let writer = RowWriter::open(request.path.as_deref(), request.format).unwrap();
+        // As SCAN may page when the table is resized mid-scan: keys already
+        // given come again, on later pages and on the same one. A key found
+        // empty (deleted between SCAN and HGETALL) is no sighting: when it
+        // comes again with habits, it is written.
+        let pages = [
+            vec![scanned("c1", habit("1")), scanned("c2", habit("2"))],
+            vec![scanned("c3", habit("3")), scanned("c2", habit("2"))],
+            vec![scanned("c1", habit("1")), scanned("c1", habit("1"))],
+            vec![scanned("x", HashContents::NotAHash)],
+            vec![scanned("x", HashContents::NotAHash)],
+            vec![scanned("c4", HashContents::Fields(Vec::new()))],
+            vec![scanned("c4", habit("4"))],
+        ];
+        let (sender, receiver) = mpsc::channel(pages.len());
+        for page in pages {
+            sender.send(Ok(page)).await.unwrap();
+        }
+        drop(sender);
+
+        let summary = write_all(receiver, &request, writer).await.unwrap();
+        let written = std::fs::read_to_string(&file).unwrap();
+        let mut rows: Vec<&str> = written.lines().skip(1).collect();
+        rows.sort_unstable();
+        assert_eq!(
+            rows,
+            [
+                "m1,c1,INTERAC,RTP,GIGADAT,success,1",
+                "m1,c2,INTERAC,RTP,GIGADAT,success,2",
+                "m1,c3,INTERAC,RTP,GIGADAT,success,3",
+                "m1,c4,INTERAC,RTP,GIGADAT,success,4",
+            ]
+        );
+        assert_eq!((summary.customers, summary.rows), (4, 4));
+        assert_eq!((summary.repeats, summary.unreadable_keys), (4, 1));
     }
 
     #[test]

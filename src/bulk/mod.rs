@@ -32,6 +32,11 @@ pub const COLUMNS: [&str; 6] = [
 /// 1), and the orchestrator's attempt id.
 pub const COUNT_COLUMN: &str = "count";
 pub const ATTEMPT_COLUMN: &str = "attempt_id";
+/// The most outcomes one row's `count` may stand for: import refuses more,
+/// and export splits a larger net count over rows of at most this. Far
+/// above any real history, and far below where a count could overflow
+/// Redis's 64-bit integers however many rows add up.
+pub const MAX_COUNT: u32 = 1_000_000_000;
 
 /// A row file's format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,8 +6,15 @@
 //! process, not in the server, so it uses fred's own clients rather than
 //! the store's per-primary pools: a failover during an export ends it (exit
 //! 2, run it again), which is what an operator expects of a one-off dump.
-//! Reads are idempotent, so unlike the store's writes they may be retried
-//! after a dropped connection.
+//!
+//! A SCAN cursor means something only to the process that gave it: asked of
+//! a restarted Redis (empty, or reloaded in another order) it ends the scan
+//! early or skips keys, and the scan would look complete. So any reconnect
+//! after the scan began ends it ([`ScanError::Interrupted`]), whether fred
+//! replayed the page's commands on the new connection or not, and so does a
+//! primary whose `run_id` (INFO server) at the end is not the one it had at
+//! the start (a proxy or a failover can put another process behind a
+//! connection that never dropped).
 //!
 //! On Cluster every primary is scanned at once, each on its own connection
 //! (fred's `split_cluster`), so a page's keys are all on the node that
@@ -18,10 +25,10 @@
 use std::time::Duration;
 
 use fred::clients::Client;
-use fred::interfaces::{ClientLike, HashesInterface};
-use fred::prelude::{Builder, Error, ErrorKind, ReconnectPolicy, Value};
-use fred::types::{ClusterHash, CustomCommand};
-use tokio::sync::mpsc;
+use fred::interfaces::{ClientLike, EventInterface, HashesInterface};
+use fred::prelude::{Builder, Error, ErrorKind, ReconnectPolicy, Server, Value};
+use fred::types::{ClusterHash, CustomCommand, InfoKind};
+use tokio::sync::{broadcast, mpsc};
 
 use super::error::ConnectError;
 use super::settings::RedisSettings;
@@ -44,6 +51,13 @@ pub enum ScanError {
     Connect(String),
     #[error("redis failed during the read: {0}")]
     Read(String),
+    /// The scan cannot go on: its cursor belongs to a connection or a
+    /// process that is gone, so keys could be missing.
+    #[error(
+        "redis was reconnected or restarted during the read ({0}): a SCAN cursor means \
+         nothing to another process, so keys could be missing; run the export again"
+    )]
+    Interrupted(String),
 }
 
 /// One key a SCAN page named, and what HGETALL found under it.
@@ -68,8 +82,9 @@ pub enum HashContents {
 /// Connections to every primary, ready to scan.
 pub struct HashScanner {
     client: Client,
-    /// The clients that scan: each primary's own on Cluster, else `client`.
-    nodes: Vec<Client>,
+    /// The clients that scan (each primary's own on Cluster, else
+    /// `client`), each with the `run_id` its server had when connected.
+    nodes: Vec<(Client, String)>,
     /// How long one page may take: its hashes and the next page's keys.
     page_within: Duration,
 }
@@ -96,7 +111,17 @@ impl HashScanner {
             .set_policy(ReconnectPolicy::new_exponential(3, 100, 2_000, 2))
             .build()
             .map_err(ConnectError::Client)?;
-        let nodes = match tokio::time::timeout(start_within, connect_all(&client)).await {
+        let connected = async {
+            let mut nodes = Vec::new();
+            for node in connect_all(&client).await? {
+                let run_id = run_id(&node)
+                    .await
+                    .map_err(|e| ScanError::Connect(e.to_string()))?;
+                nodes.push((node, run_id));
+            }
+            Ok::<_, ScanError>(nodes)
+        };
+        let nodes = match tokio::time::timeout(start_within, connected).await {
             Ok(nodes) => nodes?,
             Err(_) => {
                 return Err(ScanError::Connect(format!(
@@ -119,12 +144,13 @@ impl HashScanner {
     /// Every key matching `pattern` on every primary, with its hash, in
     /// pages. A key may appear twice if it moves during the scan (SCAN's
     /// own guarantee), and the order is Redis's. The stream ends after an
-    /// error; dropping the receiver stops the reads.
+    /// error; dropping the receiver stops the reads. A reconnect or another
+    /// `run_id` on any primary is an error ([`ScanError::Interrupted`]).
     pub fn scan(&self, pattern: &str) -> mpsc::Receiver<Result<Vec<ScannedHash>, ScanError>> {
         let (pages, receiver) = mpsc::channel(PAGES_AHEAD * self.nodes.len());
-        for node in &self.nodes {
+        for (node, run_id) in &self.nodes {
             let scan = scan_node(
-                node.clone(),
+                Watched::new(node.clone(), run_id.clone()),
                 pattern.to_owned(),
                 self.page_within,
                 pages.clone(),
@@ -136,7 +162,7 @@ impl HashScanner {
 
     /// Closes every connection.
     pub async fn quit(&self) {
-        for node in &self.nodes {
+        for (node, _) in &self.nodes {
             let _ = node.quit().await;
         }
         let _ = self.client.quit().await;
@@ -158,25 +184,84 @@ async fn connect_all(client: &Client) -> Result<Vec<Client>, ScanError> {
     Ok(nodes)
 }
 
+/// One primary's client, watched for anything that voids a SCAN cursor.
+struct Watched {
+    node: Client,
+    /// The server's `run_id` when the scanner connected.
+    run_id: String,
+    /// fred's reconnection events, subscribed before the first SCAN. fred
+    /// 10.1 broadcasts one each time it (re)connects, before it replays the
+    /// commands the drop caught (router/centralized.rs,
+    /// `initialize_connection`), so a page answered on a new connection is
+    /// always preceded by an event here.
+    reconnects: broadcast::Receiver<Server>,
+}
+
+impl Watched {
+    fn new(node: Client, run_id: String) -> Self {
+        let reconnects = node.reconnect_rx();
+        Self {
+            node,
+            run_id,
+            reconnects,
+        }
+    }
+
+    /// Why the cursor can no longer be trusted, if it cannot.
+    fn reconnected(&mut self) -> Option<ScanError> {
+        use broadcast::error::TryRecvError;
+        match self.reconnects.try_recv() {
+            Ok(server) => Some(format!("the connection to {server} was made again")),
+            Err(TryRecvError::Lagged(_)) => Some("the connection was made again".to_owned()),
+            // Closed: the client is gone, and its next command fails anyway.
+            Err(TryRecvError::Empty | TryRecvError::Closed) => None,
+        }
+        .map(ScanError::Interrupted)
+    }
+
+    /// At the end of the scan: a reconnect, or another process behind the
+    /// same connection.
+    async fn still_the_same(&mut self, page_within: Duration) -> Result<(), ScanError> {
+        let now = tokio::time::timeout(page_within, run_id(&self.node))
+            .await
+            .map_err(|_| ScanError::Read(format!("no answer within {page_within:?}")))?
+            .map_err(|e| ScanError::Read(e.to_string()))?;
+        if let Some(error) = self.reconnected() {
+            return Err(error);
+        }
+        if now != self.run_id {
+            return Err(ScanError::Interrupted(format!(
+                "the server's run_id was {} at the start and is {now} now",
+                self.run_id
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Scans one primary to its end, sending each page's hashes to `pages`.
 /// Each step (the first page's keys; then a page's hashes together with
 /// the next page's keys, asked for at once) must end within `page_within`
 /// of its start: one deadline for the step's two calls, whatever each of
 /// them meets inside fred (a retry after a dropped connection, a queue
 /// while it reconnects), so a dead or frozen Redis ends the scan then.
+/// After each step, a reconnect ends the scan before the step's hashes are
+/// sent; after the last, so does another `run_id`.
 async fn scan_node(
-    node: Client,
+    mut watched: Watched,
     pattern: String,
     page_within: Duration,
     pages: mpsc::Sender<Result<Vec<ScannedHash>, ScanError>>,
 ) {
+    let node = watched.node.clone();
     let read = |error: Error| ScanError::Read(error.to_string());
     let late = || ScanError::Read(format!("no answer within {page_within:?}"));
     let mut page = tokio::time::timeout(page_within, scan_page(&node, "0".into(), &pattern))
         .await
         .map_or_else(|_| Err(late()), |page| page.map_err(read));
     loop {
-        let (cursor, keys) = match page {
+        let (cursor, keys) = match page.and_then(|page| watched.reconnected().map_or(Ok(page), Err))
+        {
             Ok(page) => page,
             Err(error) => {
                 let _ = pages.send(Err(error)).await;
@@ -197,6 +282,14 @@ async fn scan_node(
             Ok((hashes, next)) => (hashes.map_err(read), next.map(|next| next.map_err(read))),
             Err(_) => (Err(late()), None),
         };
+        let hashes = match (hashes, watched.reconnected()) {
+            (Ok(_), Some(error)) => Err(error),
+            (hashes, _) => hashes,
+        };
+        let hashes = match (hashes, &next) {
+            (Ok(hashes), None) => watched.still_the_same(page_within).await.map(|()| hashes),
+            (hashes, _) => hashes,
+        };
         let failed = hashes.is_err();
         if pages.send(hashes).await.is_err() || failed {
             return;
@@ -206,6 +299,21 @@ async fn scan_node(
             None => return,
         }
     }
+}
+
+/// The `run_id` in the node's `INFO server`: which process answers.
+async fn run_id(node: &Client) -> Result<String, Error> {
+    let info: String = node.info(Some(InfoKind::Server)).await?;
+    run_id_in(&info)
+        .map(str::to_owned)
+        .ok_or_else(|| Error::new(ErrorKind::Protocol, "INFO server names no run_id"))
+}
+
+fn run_id_in(info: &str) -> Option<&str> {
+    info.lines()
+        .find_map(|line| line.strip_prefix("run_id:"))
+        .map(str::trim)
+        .filter(|id| !id.is_empty())
 }
 
 /// `SCAN cursor MATCH pattern COUNT n`: the next cursor and the page's keys.
@@ -292,4 +400,17 @@ fn bytes_of(value: Value) -> Option<Vec<u8>> {
 
 fn is_wrong_type(error: &Error) -> bool {
     *error.kind() == ErrorKind::InvalidArgument && error.details().starts_with("WRONGTYPE")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_run_id_is_read_from_info_server() {
+        let info = "# Server\r\nredis_version:7.0.15\r\nrun_id:8f2c0e\r\ntcp_port:6379\r\n";
+        assert_eq!(run_id_in(info), Some("8f2c0e"));
+        assert_eq!(run_id_in("# Server\r\nrun_id:\r\n"), None);
+        assert_eq!(run_id_in("redis_version:7.0.15"), None);
+    }
 }

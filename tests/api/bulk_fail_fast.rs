@@ -2,8 +2,10 @@
 //! answering: `import` and `export` against a refused port or a peer that
 //! accepts TCP and never answers exit 2 within 5 s, naming the problem, and
 //! an export whose Redis is killed or frozen mid-read exits 2 within the
-//! Redis timeout and a few seconds. (An import whose Redis fails mid-file:
-//! import_failures.rs, which also resumes it.)
+//! Redis timeout and a few seconds, and one whose Redis is restarted
+//! mid-read (answering again at once) exits 2 too, saying why, with no
+//! file. (An import whose Redis fails mid-file: import_failures.rs, which
+//! also resumes it.)
 
 use std::net::TcpListener;
 use std::path::Path;
@@ -14,11 +16,10 @@ use rstest::rstest;
 
 use crate::export::export_command;
 use crate::helpers::{
-    RedisFailure, RedisServer, SERVICE_PASSWORD, SERVICE_USER, bulk_gives_up_within, drain,
+    RedisFailure, RedisServer, SERVICE_PASSWORD, SERVICE_USER, bulk_gives_up_within, drain, fill,
     free_port, service_binary, until_while_running,
 };
 use crate::import::HEADER;
-use crate::redis_server::redis_cli;
 
 /// How soon a bulk command must give up on a Redis it cannot reach at all.
 const UNREACHABLE_WITHIN: Duration = Duration::from_secs(5);
@@ -108,15 +109,61 @@ async fn an_unreachable_redis_at_the_start_is_exit_2_within_5_s(
     assert!(!dir.path().join("out.csv").exists());
 }
 
-/// `customers` customer hashes of merchant `m1` in Redis on `port`, one
-/// habit each, written by one script so that the fill takes well under a
-/// second.
-fn fill(port: u16, customers: u32) {
-    let script = "for i = 1, tonumber(ARGV[1]) do \
-                  redis.call('HSET', 'sticky_gw_m1_c' .. i, 'INTERAC:RTP:GIGADAT', '3') end";
-    redis_cli(port, &["EVAL", script, "0", &customers.to_string()]);
-    let held: u32 = redis_cli(port, &["DBSIZE"]).trim().parse().unwrap();
-    assert_eq!(held, customers);
+/// An export of Redis on `redis` into a file, once it has written rows
+/// (the writer flushes every 256 KiB): the read is under way. Its stderr,
+/// and the folder that holds the file, which must stay empty if it fails.
+struct ExportUnderWay {
+    child: tokio::process::Child,
+    stderr: tokio::task::JoinHandle<String>,
+    dir: tempfile::TempDir,
+}
+
+impl ExportUnderWay {
+    async fn start(redis: &RedisServer) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("habits.csv");
+        let partial = dir.path().join("habits.csv.partial");
+        let mut child = export_command(redis.url(), &[file.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = drain(child.stderr.take());
+        let reading = until_while_running(&mut child, Duration::from_secs(30), || {
+            std::fs::metadata(&partial).is_ok_and(|m| m.len() > 0)
+        });
+        assert!(
+            reading.await,
+            "the export wrote nothing, or finished before Redis failed: fill more customers"
+        );
+        Self { child, stderr, dir }
+    }
+
+    /// Waits for the export to end, at most [`bulk_gives_up_within`] after
+    /// Redis failed (`failure`, for the messages); asserts it exited 2 and
+    /// left no file, and returns its stderr.
+    async fn failed(mut self, failure: &str) -> String {
+        let struck = Instant::now();
+        let status =
+            tokio::time::timeout_at((struck + bulk_gives_up_within()).into(), self.child.wait())
+                .await
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "the export still ran {:?} after Redis was {failure}",
+                        bulk_gives_up_within()
+                    )
+                })
+                .unwrap();
+        eprintln!(
+            "Redis {failure}: the export exited {:?} later",
+            struck.elapsed()
+        );
+        let stderr = self.stderr.await.unwrap();
+        assert_eq!(status.code(), Some(2), "{stderr}");
+        let left: Vec<_> = std::fs::read_dir(self.dir.path()).unwrap().collect();
+        assert!(left.is_empty(), "a failed export left a file: {left:?}");
+        stderr
+    }
 }
 
 #[rstest]
@@ -126,46 +173,29 @@ async fn export_with_redis_failing_mid_read_is_exit_2_in_time(
 ) {
     let mut redis = RedisServer::start();
     fill(redis.port, 200_000);
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("habits.csv");
-    let partial = dir.path().join("habits.csv.partial");
-    let mut child = export_command(redis.url(), &[file.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = drain(child.stderr.take());
-    // Rows on disk (the writer flushes every 256 KiB): the read is under way.
-    let reading = until_while_running(&mut child, Duration::from_secs(30), || {
-        std::fs::metadata(&partial).is_ok_and(|m| m.len() > 0)
-    });
-    assert!(
-        reading.await,
-        "the export wrote nothing, or finished before Redis failed: fill more customers"
-    );
+    let export = ExportUnderWay::start(&redis).await;
     match failure {
         RedisFailure::Killed => redis.stop(),
         RedisFailure::Frozen => redis.signal("-STOP"),
     }
-    let struck = Instant::now();
-    let status = tokio::time::timeout_at((struck + bulk_gives_up_within()).into(), child.wait())
-        .await
-        .unwrap_or_else(|_| {
-            panic!(
-                "the export still ran {:?} after Redis was {failure:?}",
-                bulk_gives_up_within()
-            )
-        })
-        .unwrap();
-    eprintln!(
-        "Redis {failure:?}: the export exited {:?} later",
-        struck.elapsed()
-    );
-    let stderr = stderr.await.unwrap();
-    assert_eq!(status.code(), Some(2), "{stderr}");
+    let stderr = export.failed(&format!("{failure:?}")).await;
     assert!(stderr.contains("redis failed during the read"), "{stderr}");
+}
+
+/// Redis killed and started again on its port mid-export: fred reconnects
+/// and would go on with a SCAN cursor that the new process never gave (it
+/// is empty here, so the scan would end at once and look complete). The
+/// export ends with exit 2, saying why, and no file.
+#[tokio::test]
+async fn export_with_redis_restarted_mid_read_is_exit_2_and_says_why() {
+    let mut redis = RedisServer::start();
+    fill(redis.port, 200_000);
+    let export = ExportUnderWay::start(&redis).await;
+    redis.restart();
+    let stderr = export.failed("restarted").await;
     assert!(
-        !file.exists() && !partial.exists(),
-        "a failed export left a file"
+        stderr.contains("redis was reconnected or restarted during the read"),
+        "{stderr}"
     );
+    assert!(!stderr.contains("done:"), "{stderr}");
 }

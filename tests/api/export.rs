@@ -3,19 +3,23 @@
 //! recorded (and no remembered attempt), in CSV and JSON lines, from a single
 //! node and from every primary of a Cluster; `--merchant` keeps to exactly
 //! one merchant however its id globs; what the service does not write is
-//! counted and skipped; an unreachable Redis exits 2.
+//! counted and skipped; a key that SCAN names twice (Redis shrank its table
+//! mid-export) is written once; an unreachable Redis exits 2.
 //!
 //! The `round_trip_*` tests import the export into an empty Redis with the
-//! binary's `import --no-admission` and compare every hash.
+//! binary's `import --no-admission` and compare every hash, also for counts
+//! above what one import row may stand for.
 
 use std::collections::BTreeMap;
-use std::process::Output;
+use std::process::{Output, Stdio};
+use std::time::Duration;
 
 use fred::prelude::{HashesInterface, KeysInterface, Value};
 use rstest::rstest;
 use sticky_routing::transport::pb;
 
 use crate::helpers::*;
+use crate::import::{HEADER, Target, file_with};
 use crate::redis_server::{EXPORT_PASSWORD, EXPORT_USER};
 
 /// One exported row: merchant, customer, PM, PMT, connector, outcome, count.
@@ -375,4 +379,143 @@ async fn round_trip_single_node(#[case] format: &str) {
 #[tokio::test]
 async fn round_trip_cluster() {
     round_trip(Topology::Cluster, "csv").await;
+}
+
+/// Counts that imports made from rows of at most 10^9 (the rows' limit):
+/// 10^9, 10^9 + 1, 2 x 10^9 (the issue's two rows of 10^9) and 25 x 10^9 + 3.
+/// Export writes each as rows import takes, and importing the export into
+/// an empty Redis gives the same counts. (i64::MAX, the largest count
+/// HINCRBY leaves, would be 9.2e9 rows: src/bulk/export/output.rs tests its
+/// split.)
+#[tokio::test]
+async fn round_trip_keeps_counts_above_one_rows_limit() {
+    const BILLION: i64 = 1_000_000_000;
+    let made: [(&str, Vec<i64>); 4] = [
+        ("c1", vec![BILLION]),
+        ("c2", vec![BILLION, 1]),
+        ("c3", vec![BILLION; 2]),
+        ("c4", [vec![BILLION; 25], vec![3]].concat()),
+    ];
+    let mut text = String::from(HEADER);
+    let mut expected = BTreeMap::new();
+    for (customer, counts) in &made {
+        for count in counts {
+            text.push_str(&format!(
+                "m1,{customer},interac,rtp,GIGADAT,success,{count},\n"
+            ));
+        }
+        let combos = BTreeMap::from([("INTERAC:RTP:GIGADAT".to_owned(), counts.iter().sum())]);
+        expected.insert(format!("sticky_gw_m1_{customer}"), combos);
+    }
+    let (_made_dir, made_file) = file_with("made.csv", &text);
+    let source = Target::start(Topology::Single).await;
+    let ran = source.import(&["--no-admission", &made_file], &[]).await;
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert_eq!(source.state().await, expected);
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("habits.csv");
+    let output = export_from(source.redis.url(), &[file.to_str().unwrap()]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let rows = csv_rows(&std::fs::read(&file).unwrap());
+    assert!(
+        rows.iter().all(|row| (1..=BILLION).contains(&row.6)),
+        "a row import refuses: {rows:?}"
+    );
+    let summary = format!("done: 4 customers, {} rows", rows.len());
+    assert!(stderr(&output).contains(&summary), "{}", stderr(&output));
+
+    let target = Target::start(Topology::Single).await;
+    let ran = target
+        .import(&["--no-admission", file.to_str().unwrap()], &[])
+        .await;
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert_eq!(target.state().await, expected);
+}
+
+/// How many SCANs Redis on `port` has answered.
+fn scan_calls(port: u16) -> u64 {
+    let info = redis_cli(port, &["INFO", "commandstats"]);
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_scan:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().unwrap())
+}
+
+/// The bytes of Redis's main key table on `port` (`MEMORY STATS`).
+fn key_table_bytes(port: u16) -> u64 {
+    let stats = redis_cli(port, &["MEMORY", "STATS"]);
+    let mut lines = stats.lines();
+    lines.find(|line| *line == "overhead.hashtable.main");
+    lines.next().unwrap().parse().unwrap()
+}
+
+/// SCAN walks Redis's table in reverse-binary bucket order, so that a key
+/// is returned once while the table keeps its size, but when the table
+/// shrinks mid-scan the bucket the cursor lands on gathers keys from
+/// buckets already walked. Made deterministic: the export is held (its
+/// stdout unread) a few pages into 200,000 keys; every key is deleted but
+/// four from the first page, and Redis shrinks its table to 4 buckets, all
+/// four keys in the one the cursor lands on; then the export goes on, and
+/// SCAN names those four again.
+#[tokio::test]
+async fn a_key_scan_names_again_after_the_table_shrinks_is_written_once() {
+    let redis = RedisServer::start();
+    fill(redis.port, 200_000);
+    let first_page = redis_cli(redis.port, &["SCAN", "0", "COUNT", "1000"]);
+    let kept: Vec<&str> = first_page.lines().skip(1).take(4).collect();
+    assert_eq!(kept.len(), 4, "{first_page}");
+
+    let mut child = export_command(redis.url(), &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = drain(child.stderr.take());
+    // Held: the pipe and the writer's buffer are full, the pages ahead read.
+    let mut calls = 0;
+    wait_for(
+        Duration::from_secs(10),
+        Duration::from_millis(300),
+        "the export never stopped scanning: it must be held by its stdout",
+        || {
+            let now = scan_calls(redis.port);
+            let held = now > 1 && now == calls;
+            calls = now;
+            held.then_some(())
+        },
+    );
+    let delete = "local keep = {} \
+                  for _, key in ipairs(ARGV) do keep[key] = true end \
+                  for i = 1, 200000 do local key = 'sticky_gw_m1_c' .. i \
+                  if not keep[key] then redis.call('DEL', key) end end";
+    let mut args = vec!["EVAL", delete, "0"];
+    args.extend(&kept);
+    redis_cli(redis.port, &args);
+    wait_for(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        "Redis never shrank its key table",
+        || (key_table_bytes(redis.port) < 1_000).then_some(()),
+    );
+
+    let stdout = drain(child.stdout.take());
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("the export ends")
+        .unwrap();
+    let (stdout, stderr) = (stdout.await.unwrap(), stderr.await.unwrap());
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let rows = csv_rows(stdout.as_bytes());
+    let mut customers: Vec<&str> = rows.iter().map(|row| row.1.as_str()).collect();
+    customers.dedup();
+    assert_eq!(customers.len(), rows.len(), "a customer written twice");
+    for key in &kept {
+        let customer = key.strip_prefix("sticky_gw_m1_").unwrap();
+        assert!(customers.contains(&customer), "{customer} not written");
+    }
+    assert!(
+        stderr.contains("4 keys that the scan named more than once were written once"),
+        "SCAN named no key twice, so this test proved nothing: {stderr}"
+    );
 }

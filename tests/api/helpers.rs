@@ -27,7 +27,9 @@ use tonic_health::pb::health_client::HealthClient;
 
 pub use crate::redis_cluster::RedisCluster;
 pub use crate::redis_sentinel::RedisSentinel;
-pub use crate::redis_server::{RedisServer, SERVICE_PASSWORD, SERVICE_USER, free_port};
+pub use crate::redis_server::{
+    RedisServer, SERVICE_PASSWORD, SERVICE_USER, free_port, redis_cli, wait_for,
+};
 
 /// Where a test's Redis runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -549,6 +551,17 @@ pub async fn until_while_running(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     false
+}
+
+/// `customers` customer hashes of merchant `m1` in Redis on `port`, one
+/// habit each, written by one script so that the fill takes well under a
+/// second.
+pub fn fill(port: u16, customers: u32) {
+    let script = "for i = 1, tonumber(ARGV[1]) do \
+                  redis.call('HSET', 'sticky_gw_m1_c' .. i, 'INTERAC:RTP:GIGADAT', '3') end";
+    redis_cli(port, &["EVAL", script, "0", &customers.to_string()]);
+    let held: u32 = redis_cli(port, &["DBSIZE"]).trim().parse().unwrap();
+    assert_eq!(held, customers);
 }
 
 /// How a test's Redis fails under a bulk command (`import`, `export`).

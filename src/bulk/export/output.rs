@@ -1,11 +1,19 @@
 //! Where export rows go, and in which format: the rows import reads back.
 //!
 //! CSV: the header `merchant_id,customer_id,payment_method,
-//! payment_method_type,connector,outcome,count`, then one row per habit,
-//! quoted by the `csv` crate wherever a value needs it. JSON lines: one
-//! object per habit with the same names, `count` a JSON integer. Every row's
-//! outcome is `success` and its count the habit's net count: importing it
-//! is that many successes.
+//! payment_method_type,connector,outcome,count`, then the rows of each
+//! habit, quoted by the `csv` crate wherever a value needs it. JSON lines:
+//! one object per row with the same names, `count` a JSON integer. Every
+//! row's outcome is `success`, and a habit's rows add up to its net count:
+//! importing them is that many successes.
+//!
+//! A habit is one row unless its count is above what import takes in one
+//! row ([`MAX_COUNT`]): then it is as many rows of `MAX_COUNT` as fit, and
+//! one of the rest. Import is left as it is, rather than made to take any
+//! count Redis holds, because its scripts do arithmetic in Lua's doubles
+//! (exact only to 2^53) and one row must never overflow a count. The cost
+//! is one row per 10^9 of a count, which is never more rows than the
+//! imports (at most 10^9 a row) or calls (1 each) that made the count.
 //!
 //! A file is written under a `.partial` name beside it and renamed into
 //! place only once the export finished, so a failed export never leaves a
@@ -18,7 +26,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::decode::Habit;
-use crate::bulk::{COLUMNS, COUNT_COLUMN, Format};
+use crate::bulk::{COLUMNS, COUNT_COLUMN, Format, MAX_COUNT};
 
 /// One exported habit.
 #[derive(Debug, Serialize)]
@@ -33,17 +41,33 @@ pub struct Row<'a> {
 }
 
 impl<'a> Row<'a> {
-    pub fn success(merchant_id: &'a str, customer_id: &'a str, habit: &'a Habit) -> Self {
-        Self {
+    /// The success rows of one habit: their counts add up to its count,
+    /// and each is one import takes.
+    pub fn successes(
+        merchant_id: &'a str,
+        customer_id: &'a str,
+        habit: &'a Habit,
+    ) -> impl Iterator<Item = Self> + 'a {
+        row_counts(habit.count).map(move |count| Self {
             merchant_id,
             customer_id,
             payment_method: &habit.payment_method,
             payment_method_type: &habit.payment_method_type,
             connector: &habit.connector,
             outcome: "success",
-            count: habit.count,
-        }
+            count,
+        })
     }
+}
+
+/// A positive count as row counts of at most [`MAX_COUNT`] that add up to
+/// it: the full rows first, then the rest, if any.
+fn row_counts(count: i64) -> impl Iterator<Item = i64> {
+    let most = i64::from(MAX_COUNT);
+    let (full, rest) = (count / most, count % most);
+    // At most i64::MAX / 10^9 (about 9.2e9): fits a 64-bit usize.
+    let full = usize::try_from(full).unwrap_or(usize::MAX);
+    std::iter::repeat_n(most, full).chain((rest > 0).then_some(rest))
 }
 
 /// Writes rows in one format to stdout or a file.
@@ -124,5 +148,42 @@ impl RowWriter {
             drop(self);
             let _ = std::fs::remove_file(partial);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_count_import_takes_is_one_row() {
+        for count in [1, 7, 999_999_999, 1_000_000_000] {
+            assert_eq!(row_counts(count).collect::<Vec<_>>(), [count]);
+        }
+    }
+
+    #[test]
+    fn a_larger_count_is_split_into_rows_import_takes() {
+        let split = |count| row_counts(count).collect::<Vec<_>>();
+        assert_eq!(split(1_000_000_001), [1_000_000_000, 1]);
+        assert_eq!(split(2_000_000_000), [1_000_000_000, 1_000_000_000]);
+        assert_eq!(
+            split(25_000_000_003),
+            [vec![1_000_000_000; 25], vec![3]].concat()
+        );
+    }
+
+    #[test]
+    fn the_largest_count_redis_holds_is_split_without_loss() {
+        // HINCRBY stops at i64::MAX, so no stored count is larger. Its
+        // 9.2e9 rows are counted from the iterator's exact length, not
+        // made one by one.
+        let counts = row_counts(i64::MAX);
+        assert_eq!(counts.size_hint(), (9_223_372_037, Some(9_223_372_037)));
+        let mut counts = counts.skip(9_223_372_035);
+        assert_eq!(counts.next(), Some(1_000_000_000));
+        assert_eq!(counts.next(), Some(854_775_807));
+        assert_eq!(counts.next(), None);
+        assert_eq!(9_223_372_036 * 1_000_000_000 + 854_775_807, i64::MAX);
     }
 }

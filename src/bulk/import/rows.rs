@@ -11,16 +11,11 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::bulk::{ATTEMPT_COLUMN, COLUMNS, COUNT_COLUMN, Format};
+use crate::bulk::{ATTEMPT_COLUMN, COLUMNS, COUNT_COLUMN, Format, MAX_COUNT};
 use crate::domain::InvalidInput;
 use crate::domain::counts::Outcome;
 use crate::domain::ids::trim_blanks;
 use crate::record::{RawOutcome, RecordCommand};
-
-/// The most outcomes one row may stand for: far above any real history,
-/// and far below where a count could overflow Redis's 64-bit integers
-/// however many rows add up.
-pub const MAX_COUNT: u32 = 1_000_000_000;
 
 /// One valid row.
 #[derive(Debug, Clone)]
