@@ -28,6 +28,7 @@ mod helpers;
 mod import;
 mod import_failures;
 mod import_progress;
+mod import_stops;
 mod least_privilege;
 mod load;
 mod loadtest_recipes;

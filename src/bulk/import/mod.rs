@@ -29,10 +29,11 @@ use std::collections::{HashMap, VecDeque};
 use std::io::Read;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::bulk::START_WITHIN;
@@ -264,6 +265,11 @@ fn spawn_reader(
                     }
                 }
                 Err(error) => {
+                    // Rows skipped so far are finished: the resume point
+                    // must not fall back before them.
+                    if index < skip {
+                        let _ = sender.blocking_send(Batch::Skipped(index));
+                    }
                     let _ = sender.blocking_send(Batch::Rows(chunk));
                     let _ = sender.blocking_send(Batch::Failed(error));
                     return;
@@ -278,13 +284,15 @@ fn spawn_reader(
     receiver
 }
 
-/// Set once SIGINT or SIGTERM arrives.
-fn watch_signals() -> Arc<AtomicBool> {
-    let stop = Arc::new(AtomicBool::new(false));
+/// Cancelled once SIGINT or SIGTERM arrives. A token, not a flag: the
+/// import may be waiting for the reader (stdin open, no bytes coming), and
+/// that wait must end on the signal, not when the input does.
+fn watch_signals() -> CancellationToken {
+    let stop = CancellationToken::new();
     let flag = stop.clone();
     tokio::spawn(async move {
         crate::startup::shutdown_signal().await;
-        flag.store(true, Ordering::SeqCst);
+        flag.cancel();
     });
     stop
 }
@@ -302,12 +310,22 @@ struct Run {
 
 impl Run {
     /// Waits for the reader's next chunk into the buffer; `Err` on a file
-    /// error. Does nothing once the reader is done.
-    async fn receive(&mut self, batches: &mut mpsc::Receiver<Batch>) -> Result<(), FileError> {
+    /// error. Does nothing once the reader is done, and returns with
+    /// nothing received once `stop` is cancelled (the caller checks it).
+    async fn receive(
+        &mut self,
+        batches: &mut mpsc::Receiver<Batch>,
+        stop: &CancellationToken,
+    ) -> Result<(), FileError> {
         if self.reader_done {
             return Ok(());
         }
-        match batches.recv().await {
+        let next = tokio::select! {
+            biased;
+            () = stop.cancelled() => return Ok(()),
+            next = batches.recv() => next,
+        };
+        match next {
             None => self.reader_done = true,
             Some(Batch::Rows(rows)) => {
                 if let Some((last, _)) = rows.last() {
@@ -335,10 +353,10 @@ impl Run {
     async fn validate_only(
         &mut self,
         batches: &mut mpsc::Receiver<Batch>,
-        stop: &AtomicBool,
+        stop: &CancellationToken,
     ) -> Ended {
         loop {
-            if stop.load(Ordering::SeqCst) {
+            if stop.is_cancelled() {
                 return Ended::Interrupted {
                     resume: self.first_unread(),
                 };
@@ -353,7 +371,7 @@ impl Run {
             if self.reader_done {
                 return Ended::Complete;
             }
-            if let Err(error) = self.receive(batches).await {
+            if let Err(error) = self.receive(batches, stop).await {
                 return Ended::FileFailed {
                     error,
                     resume: self.received,
