@@ -26,6 +26,7 @@ mod health_veto;
 mod held_calls;
 mod helpers;
 mod import;
+mod import_exact;
 mod import_failures;
 mod import_progress;
 mod import_stops;
