@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use rstest::rstest;
 use tokio::io::AsyncWriteExt;
 
-use crate::helpers::{Topology, drain, service_binary, signal_child};
+use crate::helpers::{Topology, drain, service_binary, signal_child, spawn_piped};
 use crate::import::{HEADER, Target, resume_hint};
 
 /// A signal while the import waits for more input (stdin open, no bytes
@@ -26,13 +26,9 @@ async fn a_signal_while_stdin_is_quiet_stops_within_a_second(
     if dry_run {
         args.insert(1, "--dry-run");
     }
-    let mut child = service_binary(&target.vars(&[]))
-        .args(&args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut command = service_binary(&target.vars(&[]));
+    command.args(&args);
+    let mut child = spawn_piped(command);
     let mut stdin = child.stdin.take().unwrap();
     let row = format!("{HEADER}m1,c1,card,credit,stripe,success,1,\n");
     stdin.write_all(row.as_bytes()).await.unwrap();

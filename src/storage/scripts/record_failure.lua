@@ -22,8 +22,8 @@
 --      the net count is the combo's current count (0 when absent);
 --  -1  a value under the key is not one this service writes.
 -- Codes other than 1 mean nothing was written.
--- (attempts.lua comes first: ATTEMPTS, MARK, is_bookkeeping, is_count,
--- is_attempts, is_mark, covers, remembers, remember.)
+-- (attempts.lua comes first: ATTEMPTS, MARK, is_count, is_attempts,
+-- mark_verdict, remembers, remember.)
 local key, field, attempt = KEYS[1], ARGV[1], ARGV[3]
 local times, row = tonumber(ARGV[4] or '1'), ARGV[5]
 
@@ -37,13 +37,11 @@ end
 if current and not is_count(current) then
   return {-1, 0}
 end
-if row and marked and not is_mark(marked) then
+local verdict = row and mark_verdict(marked, row)
+if verdict == -1 then
   return {-1, 0}
 end
-if attempt ~= '' and attempts and remembers(attempts, attempt) then
-  return {2, tonumber(current) or 0}
-end
-if row and marked and covers(marked, row) then
+if verdict == 2 or (attempt ~= '' and attempts and remembers(attempts, attempt)) then
   return {2, tonumber(current) or 0}
 end
 if not current then

@@ -26,8 +26,8 @@
 --      the net count is the combo's current count (0 when absent);
 --  -1  a value under the key is not one this service writes.
 -- Codes other than 1 mean nothing was written.
--- (attempts.lua comes first: ATTEMPTS, MARK, is_bookkeeping, is_count,
--- is_attempts, is_mark, covers, remembers, remember.)
+-- (attempts.lua comes first: ATTEMPTS, MARK, is_count, is_attempts,
+-- mark_verdict, remembers, remember.)
 local key, field, ttl, cap, attempt = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[5]
 local times, row = tonumber(ARGV[6] or '1'), ARGV[7]
 
@@ -50,13 +50,11 @@ end
 if current and not is_count(current) then
   return {-1, 0, 0}
 end
-if marked and not is_mark(marked) then
+local verdict = row and mark_verdict(marked, row)
+if verdict == -1 then
   return {-1, 0, 0}
 end
-if attempt ~= '' and attempts and remembers(attempts, attempt) then
-  return {2, tonumber(current) or 0, 0}
-end
-if marked and covers(marked, row) then
+if verdict == 2 or (attempt ~= '' and attempts and remembers(attempts, attempt)) then
   return {2, tonumber(current) or 0, 0}
 end
 
@@ -81,7 +79,9 @@ if not current then
     local flat = redis.call('HGETALL', key)
     local others = {}
     for i = 1, #flat, 2 do
-      if not is_bookkeeping(flat[i]) then
+      -- Bookkeeping (`:a`, `:i`: a name that starts with ':', as
+      -- domain::attempts::is_bookkeeping says) is no combo.
+      if string.byte(flat[i], 1) ~= 58 then
         if not is_count(flat[i + 1]) then
           return {-1, 0, 0}
         end
