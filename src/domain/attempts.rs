@@ -37,8 +37,10 @@ pub const MAX_ATTEMPT_ID_BYTES: usize = 128;
 /// Bytes of one attempt's digest in the stored value.
 pub const DIGEST_BYTES: usize = 8;
 
-/// Whether a hash field is the service's own bookkeeping rather than a combo:
-/// reads skip it, and the cap never counts it.
+/// Whether a hash field is the service's own bookkeeping rather than a combo
+/// (the attempts, [`ATTEMPTS_FIELD`], and the import mark,
+/// [`super::import_mark::MARK_FIELD`]): reads skip it, and the cap never
+/// counts it. The one rule; `record_success.lua`'s cap tests the same.
 pub fn is_bookkeeping(field: &str) -> bool {
     field.starts_with(':')
 }

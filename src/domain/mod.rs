@@ -10,6 +10,7 @@ pub mod combo;
 pub mod counts;
 pub mod habits;
 pub mod ids;
+pub mod import_mark;
 pub mod keys;
 pub mod memory_guard;
 pub mod percent;

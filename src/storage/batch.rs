@@ -29,6 +29,7 @@ use super::store::{Backend, RedisStore};
 use crate::domain::admission::{Decision, WindowCounters};
 use crate::domain::attempts::AttemptDigest;
 use crate::domain::counts::Recorded;
+use crate::domain::import_mark::ImportMark;
 use crate::storage::{AdmissionRequest, SuccessWrite};
 
 /// Which script a batched call runs.
@@ -141,19 +142,26 @@ impl RedisStore {
             .collect()
     }
 
+    /// An import row's success: standing for `times` outcomes, checked
+    /// against and moving the hash's import mark when `mark` is given.
     pub(crate) fn success_call(
         &self,
         key: &str,
         write: SuccessWrite<'_>,
         times: u32,
+        mark: Option<ImportMark>,
     ) -> ScriptCall {
+        let mut args = success_args(write, Some(times));
+        args.extend(mark.map(mark_arg));
         ScriptCall {
             script: ScriptName::RecordSuccess,
             key: key.to_owned(),
-            args: success_args(write, Some(times)),
+            args,
         }
     }
 
+    /// An import row's failure; `times` and `mark` as in
+    /// [`Self::success_call`].
     pub(crate) fn failure_call(
         &self,
         key: &str,
@@ -161,11 +169,14 @@ impl RedisStore {
         ttl_secs: u64,
         attempt: Option<AttemptDigest>,
         times: u32,
+        mark: Option<ImportMark>,
     ) -> ScriptCall {
+        let mut args = failure_args(field, ttl_secs, attempt, Some(times));
+        args.extend(mark.map(mark_arg));
         ScriptCall {
             script: ScriptName::RecordFailure,
             key: key.to_owned(),
-            args: failure_args(field, ttl_secs, attempt, Some(times)),
+            args,
         }
     }
 
@@ -323,6 +334,15 @@ fn call_outcome(reply: Value, kind: CallKind) -> CallOutcome {
             };
         }
     };
+    // WRONGTYPE: the key holds another Redis type, so the service does not
+    // own it. The scripts' first command on a key is a read, so nothing was
+    // written, and the batch script caught it: this call alone failed.
+    if message.starts_with("WRONGTYPE") {
+        return CallOutcome::Failed(StorageError::ForeignValue {
+            key_kind: "the key",
+            detail: "it holds another Redis type (WRONGTYPE)".into(),
+        });
+    }
     let error = Error::new(ErrorKind::Unknown, message);
     CallOutcome::Failed(StorageError::from_redis(&error, kind))
 }
@@ -453,6 +473,12 @@ pub(crate) fn admit_reply(reply: &[i64]) -> Result<Decision, StorageError> {
         [-1, ..] => Err(foreign_value("the merchant's admission key")),
         _ => Err(StorageError::Unexpected(format!("admit replied {reply:?}"))),
     }
+}
+
+/// The write scripts' last argument for an import row: its mark, after
+/// `times` (so only the import's calls, which always send `times`, have it).
+fn mark_arg(mark: ImportMark) -> Value {
+    Value::Bytes(mark.encode().into())
 }
 
 /// The script argument for an optional attempt: its digest, or empty.

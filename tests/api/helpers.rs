@@ -520,6 +520,26 @@ pub fn service_binary(vars: &[(&str, String)]) -> tokio::process::Command {
     command
 }
 
+/// Starts `command` with its stdin, stdout and stderr piped to the test.
+pub fn spawn_piped(mut command: tokio::process::Command) -> tokio::process::Child {
+    command
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Sends `signal` (`-INT`, `-TERM`) to a running child.
+pub fn signal_child(child: &tokio::process::Child, signal: &str) {
+    let pid = child.id().expect("the child is running").to_string();
+    let status = std::process::Command::new("kill")
+        .args([signal, &pid])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
 /// A child's output, read as it comes so a full pipe never blocks it.
 pub fn drain(
     output: Option<impl tokio::io::AsyncRead + Unpin + Send + 'static>,

@@ -411,13 +411,21 @@ async fn a_rerun_with_attempt_ids_applies_nothing_twice_and_skip_resumes() {
     assert_eq!(first.code, 0, "{}{}", first.stdout, first.stderr);
     assert_eq!(summary_count(&first, "skipped (--skip)"), 20);
     let resumed = target.state().await;
-    let full = target.import(&[&path], &[]).await;
+    // `--skip 20` said the first 20 rows were done: running the file whole
+    // now applies none of its rows (its customers' import marks cover them).
+    let whole = target.import(&[&path], &[]).await;
+    assert_eq!(summary_count(&whole, "duplicate"), 50, "{}", whole.stdout);
+    assert_eq!(target.state().await, resumed);
+    // The same rows in another file (another identity, so only the attempt
+    // ids protect them): the last 30 were recorded once, the first 20 are
+    // new.
+    let (_other_dir, other) = file_with("again.csv", &format!("{text}\n"));
+    let full = target.import(&[&other], &[]).await;
     assert_eq!(full.code, 0, "{}{}", full.stdout, full.stderr);
-    // The last 30 rows were recorded once; only the first 20 are new.
     assert_eq!(summary_count(&full, "duplicate"), 30, "{}", full.stdout);
     let after_full = target.state().await;
     assert_ne!(after_full, resumed);
-    let again = target.import(&[&path], &[]).await;
+    let again = target.import(&[&other], &[]).await;
     assert_eq!(again.code, 0);
     assert_eq!(summary_count(&again, "duplicate"), 50);
     assert_eq!(target.state().await, after_full);
@@ -540,7 +548,14 @@ async fn ctrl_c_stops_cleanly_and_the_resume_reaches_the_same_state() {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = command.spawn().unwrap();
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Once it writes: before, it hashes the file (the mark's identity), and
+    // a signal then stops it with nothing applied.
+    let port = target.redis.data_ports()[0];
+    let writing = crate::helpers::until_while_running(&mut child, Duration::from_secs(30), || {
+        crate::import_failures::keys(port) > 0
+    });
+    assert!(writing.await, "the import never wrote");
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let pid = child.id().unwrap().to_string();
     assert!(
         std::process::Command::new("kill")

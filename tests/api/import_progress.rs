@@ -1,13 +1,12 @@
 //! `sticky-routing import`'s plain progress line: what a long run prints
 //! every five seconds when its stderr is no terminal (a pipe, a log file).
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
-use crate::helpers::{Topology, drain, service_binary, until_while_running};
+use crate::helpers::{Topology, drain, service_binary, spawn_piped, until_while_running};
 use crate::import::{Target, generated};
 use crate::import_failures::script_calls;
 
@@ -36,13 +35,9 @@ async fn a_long_import_without_a_terminal_prints_a_plain_progress_line() {
         &text[ends[2 * PART]..],
     ];
     let started = Instant::now();
-    let mut child = service_binary(&target.vars(&[]))
-        .args(["import", "--format", "csv", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut command = service_binary(&target.vars(&[]));
+    command.args(["import", "--format", "csv", "-"]);
+    let mut child = spawn_piped(command);
     let mut stdin = child.stdin.take().unwrap();
     let stdout = drain(child.stdout.take());
     let mut stderr = lines_of(child.stderr.take());

@@ -28,6 +28,7 @@ use super::summary::Tally;
 use crate::domain::Rules;
 use crate::domain::admission::AdmissionRefusal;
 use crate::domain::counts::{Outcome, Recorded};
+use crate::domain::import_mark::{FileId, ImportMark};
 use crate::domain::keys::{self, CustomerKey};
 use crate::record::unix_millis;
 use crate::storage::{
@@ -72,6 +73,9 @@ pub struct Applier<'a> {
     pub store: &'a RedisStore,
     pub rules: &'a Rules,
     pub no_admission: bool,
+    /// The file's identity: each row is checked against, and moves, its
+    /// customer's import mark (`domain::import_mark`). `None` for stdin.
+    pub file: Option<FileId>,
 }
 
 /// How many customers one admission call asks for.
@@ -256,7 +260,7 @@ impl Applier<'_> {
                     Err(error) => (Step::Refused(error), 0),
                 },
                 CallOutcome::NotRun => (Step::Again, 0),
-                CallOutcome::Failed(error) => (Step::Lost(error), 0),
+                CallOutcome::Failed(error) => (failed(error), 0),
             };
             let mut group = group.into_iter();
             admitted.extend(group.by_ref().take(first as usize));
@@ -281,6 +285,10 @@ impl Applier<'_> {
         let command = &pending.row.command;
         let attempt = command.attempt.as_ref().map(|a| a.digest());
         let ttl_secs = self.rules.key_ttl_secs();
+        let mark = self.file.map(|file| ImportMark {
+            file,
+            row: pending.index,
+        });
         match command.outcome {
             Outcome::Success => {
                 let write = SuccessWrite {
@@ -291,7 +299,7 @@ impl Applier<'_> {
                     attempt,
                 };
                 self.store
-                    .success_call(pending.key.as_str(), write, pending.row.times)
+                    .success_call(pending.key.as_str(), write, pending.row.times, mark)
             }
             Outcome::GatewayFailure => self.store.failure_call(
                 pending.key.as_str(),
@@ -299,6 +307,7 @@ impl Applier<'_> {
                 ttl_secs,
                 attempt,
                 pending.row.times,
+                mark,
             ),
         }
     }
@@ -319,6 +328,17 @@ fn step_of(pending: &Pending, outcome: CallOutcome) -> Step {
             }
         }
         CallOutcome::NotRun => Step::Again,
-        CallOutcome::Failed(error) => Step::Lost(error),
+        CallOutcome::Failed(error) => failed(error),
+    }
+}
+
+/// A call that failed: a key the service does not own (a value of another
+/// Redis type, a foreign value) is that row's problem, reported and
+/// skipped, the scripts having checked before they wrote; any other error
+/// may have left the call unanswered, and stops the import.
+fn failed(error: StorageError) -> Step {
+    match error {
+        StorageError::ForeignValue { .. } => Step::Refused(error),
+        other => Step::Lost(other),
     }
 }

@@ -21,6 +21,12 @@ empty: 1) and attempt_id. CSV has a header line; JSONL one object per line.
   --skip N            skip the first N data rows (resume after a stop)
   --config FILE       the service's settings file (else STICKY_ROUTING_CONFIG)
 
+Running the same FILE again, or resuming it with --skip, applies no row twice:
+each customer's hash keeps a mark of the last row of that file applied to it
+(importing another file for the customer replaces it; it goes with the hash).
+Stdin has no mark: there only an attempt_id among the customer's last 8 keeps
+a row from being applied twice.
+
 Exit: 0 every row applied or intentionally not applied (ignored_no_habit,
 not_admitted, duplicate); 1 some row was bad or not applied; 2 usage, file or
 Redis error; 130 interrupted. After a stop it prints `resume with --skip N`.";

@@ -16,10 +16,10 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
 
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use super::apply::{Applier, Pending};
 use super::rows::{FileError, Parsed};
@@ -82,19 +82,20 @@ impl Run {
         &mut self,
         applier: &Applier<'_>,
         batches: &mut mpsc::Receiver<Batch>,
-        stop: &AtomicBool,
+        stop: &CancellationToken,
     ) -> Ended {
         let mut lanes: Vec<Lane<'_>> = (0..LANES).map(|_| Lane::default()).collect();
         let mut file_error: Option<FileError> = None;
         let mut redis_error: Option<StorageError> = None;
         loop {
-            let stopping =
-                stop.load(Ordering::SeqCst) || file_error.is_some() || redis_error.is_some();
+            let stopping = stop.is_cancelled() || file_error.is_some() || redis_error.is_some();
             for lane in 0..LANES {
                 if lanes[lane].running.is_some() || lanes[lane].failed {
                     continue;
                 }
-                if !stopping && let Err(error) = self.hand_out(&mut lanes, lane, batches).await {
+                if !stopping
+                    && let Err(error) = self.hand_out(&mut lanes, lane, batches, stop).await
+                {
                     file_error = Some(error);
                 }
                 let round = lanes[lane].take_round();
@@ -107,7 +108,10 @@ impl Run {
                 return match (redis_error, file_error) {
                     (Some(error), _) => Ended::RedisFailed { error, resume },
                     (None, Some(error)) => Ended::FileFailed { error, resume },
-                    (None, None) if stopping => Ended::Interrupted { resume },
+                    // The signal may have come while `hand_out` waited.
+                    (None, None) if stopping || stop.is_cancelled() => {
+                        Ended::Interrupted { resume }
+                    }
                     (None, None) => Ended::Complete,
                 };
             };
@@ -132,8 +136,13 @@ impl Run {
         lanes: &mut [Lane<'_>],
         lane: usize,
         batches: &mut mpsc::Receiver<Batch>,
+        stop: &CancellationToken,
     ) -> Result<(), FileError> {
         loop {
+            // A signal hands out nothing more (see the top of this file).
+            if stop.is_cancelled() {
+                return Ok(());
+            }
             let wanted = lanes[lane].held.len() + lanes[lane].queue.len();
             if wanted >= ROUND_ROWS || lanes.iter().any(|l| l.queue.len() >= 2 * ROUND_ROWS) {
                 return Ok(());
@@ -145,10 +154,10 @@ impl Run {
                 }
                 Some((_, Parsed::Bad { line, reason })) => self.bad_row(line, &reason),
                 None if self.reader_done => return Ok(()),
-                None if !batches.is_empty() => self.receive(batches).await?,
+                None if !batches.is_empty() => self.receive(batches, stop).await?,
                 // Another lane can go on: with rows queued, or a round out.
                 None if wanted > 0 || lanes.iter().any(Lane::busy) => return Ok(()),
-                None => self.receive(batches).await?,
+                None => self.receive(batches, stop).await?,
             }
         }
     }

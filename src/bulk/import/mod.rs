@@ -15,8 +15,17 @@
 //! both bulk commands' are (`crate::bulk::bulk_redis`). Those rows may or
 //! may not have been applied, and the other lanes finish their rows, so
 //! the N printed is the first unfinished row and rows after it may already
-//! have been applied: resuming sends them again, which applies them twice
-//! only if they carry no `attempt_id`. The message says so.
+//! have been applied. For a file, resuming sends them again and applies
+//! none of them twice: every row is checked against its customer's import
+//! mark (`domain::import_mark`), keyed by the file's identity, which is
+//! computed here before the first row is read; so is running the file
+//! again. Stdin has no identity (it cannot be read twice): there only an
+//! `attempt_id` among the customer's last 8 protects a row. The message
+//! says which holds.
+//!
+//! A key the service does not own (another Redis type, a foreign value) is
+//! that row's problem: reported by line, not applied, exit 1; the import
+//! goes on.
 
 mod apply;
 mod args;
@@ -29,14 +38,16 @@ use std::collections::{HashMap, VecDeque};
 use std::io::Read;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::bulk::START_WITHIN;
 use crate::config::Settings;
+use crate::domain::import_mark::{FileId, FileIdHasher};
 use crate::storage::RedisStore;
 use crate::telemetry::Metrics;
 use apply::Applier;
@@ -118,9 +129,39 @@ async fn import(args: ImportArgs, settings: Settings) -> ExitCode {
             }
         },
     };
+    // Signals first: hashing a big file takes a while, and a signal must
+    // stop that too, not kill the process without its resume hint.
+    let stop = watch_signals();
+    // Before the first row: the identity is the whole file's.
+    let file = match (&args.file, args.dry_run) {
+        (Some(path), false) => {
+            let hashing = tokio::task::spawn_blocking({
+                let path = path.clone();
+                move || file_identity(&path)
+            });
+            let hashed = tokio::select! {
+                () = stop.cancelled() => return interrupted(args.skip),
+                hashed = hashing => hashed,
+            };
+            match hashed {
+                Ok(Ok(id)) => Some(id),
+                Ok(Err(error)) => {
+                    eprintln!(
+                        "sticky-routing import: cannot read {}: {error}",
+                        path.display()
+                    );
+                    return ExitCode::from(EXIT_TROUBLE);
+                }
+                Err(error) => {
+                    eprintln!("sticky-routing import: hashing the file failed: {error}");
+                    return ExitCode::from(EXIT_TROUBLE);
+                }
+            }
+        }
+        _ => None,
+    };
     let bytes = Arc::new(AtomicU64::new(0));
     let mut batches = spawn_reader(input, args.format, args.skip, bytes.clone());
-    let stop = watch_signals();
     let mut run = Run {
         tally: Tally::default(),
         progress: Progress::new(size, bytes),
@@ -141,6 +182,7 @@ async fn import(args: ImportArgs, settings: Settings) -> ExitCode {
                     store: &store,
                     rules: &settings.rules,
                     no_admission: args.no_admission,
+                    file,
                 };
                 let ended = run.apply_all(&applier, &mut batches, &stop).await;
                 crate::bulk::quit_within(store.quit()).await;
@@ -165,24 +207,32 @@ async fn import(args: ImportArgs, settings: Settings) -> ExitCode {
     match ended {
         Ended::Complete if run.tally.any_bad() => ExitCode::from(EXIT_BAD_ROWS),
         Ended::Complete => ExitCode::SUCCESS,
-        Ended::Interrupted { resume } => {
-            eprintln!("sticky-routing import: interrupted; resume with --skip {resume}");
-            ExitCode::from(EXIT_INTERRUPTED)
-        }
+        Ended::Interrupted { resume } => interrupted(resume),
         Ended::FileFailed { error, resume } => {
             eprintln!("sticky-routing import: {error}; resume with --skip {resume}");
             ExitCode::from(EXIT_TROUBLE)
         }
         Ended::RedisFailed { error, resume } => {
+            let holds = if file.is_some() {
+                "resuming, or running the same file again, applies none of them twice"
+            } else {
+                "from stdin, a row is never applied twice only if its attempt_id \
+                 is among its customer's last 8; import a file for exact resumes"
+            };
             eprintln!(
                 "sticky-routing import: stopped, Redis failed: {error}\n\
                  resume with --skip {resume}\n\
-                 (rows from there on may already have been applied; \
-                 rows with an attempt_id are never applied twice)"
+                 (rows from there on may already have been applied; {holds})"
             );
             ExitCode::from(EXIT_TROUBLE)
         }
     }
+}
+
+/// A stop by SIGINT or SIGTERM, with every row before `resume` finished.
+fn interrupted(resume: u64) -> ExitCode {
+    eprintln!("sticky-routing import: interrupted; resume with --skip {resume}");
+    ExitCode::from(EXIT_INTERRUPTED)
 }
 
 /// How the rows ran out.
@@ -199,6 +249,21 @@ enum Ended {
         error: crate::storage::StorageError,
         resume: u64,
     },
+}
+
+/// The identity of the file at `path`: its whole content hashed.
+fn file_identity(path: &std::path::Path) -> std::io::Result<FileId> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = FileIdHasher::default();
+    let mut buffer = vec![0; 256 * 1024];
+    loop {
+        match file.read(&mut buffer) {
+            Ok(0) => return Ok(hasher.finish()),
+            Ok(n) => hasher.update(&buffer[..n]),
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
 }
 
 /// The store, connected, with its scripts loaded; or why not.
@@ -264,6 +329,11 @@ fn spawn_reader(
                     }
                 }
                 Err(error) => {
+                    // Rows skipped so far are finished: the resume point
+                    // must not fall back before them.
+                    if index < skip {
+                        let _ = sender.blocking_send(Batch::Skipped(index));
+                    }
                     let _ = sender.blocking_send(Batch::Rows(chunk));
                     let _ = sender.blocking_send(Batch::Failed(error));
                     return;
@@ -278,13 +348,15 @@ fn spawn_reader(
     receiver
 }
 
-/// Set once SIGINT or SIGTERM arrives.
-fn watch_signals() -> Arc<AtomicBool> {
-    let stop = Arc::new(AtomicBool::new(false));
+/// Cancelled once SIGINT or SIGTERM arrives. A token, not a flag: the
+/// import may be waiting for the reader (stdin open, no bytes coming), and
+/// that wait must end on the signal, not when the input does.
+fn watch_signals() -> CancellationToken {
+    let stop = CancellationToken::new();
     let flag = stop.clone();
     tokio::spawn(async move {
         crate::startup::shutdown_signal().await;
-        flag.store(true, Ordering::SeqCst);
+        flag.cancel();
     });
     stop
 }
@@ -302,12 +374,22 @@ struct Run {
 
 impl Run {
     /// Waits for the reader's next chunk into the buffer; `Err` on a file
-    /// error. Does nothing once the reader is done.
-    async fn receive(&mut self, batches: &mut mpsc::Receiver<Batch>) -> Result<(), FileError> {
+    /// error. Does nothing once the reader is done, and returns with
+    /// nothing received once `stop` is cancelled (the caller checks it).
+    async fn receive(
+        &mut self,
+        batches: &mut mpsc::Receiver<Batch>,
+        stop: &CancellationToken,
+    ) -> Result<(), FileError> {
         if self.reader_done {
             return Ok(());
         }
-        match batches.recv().await {
+        let next = tokio::select! {
+            biased;
+            () = stop.cancelled() => return Ok(()),
+            next = batches.recv() => next,
+        };
+        match next {
             None => self.reader_done = true,
             Some(Batch::Rows(rows)) => {
                 if let Some((last, _)) = rows.last() {
@@ -335,10 +417,10 @@ impl Run {
     async fn validate_only(
         &mut self,
         batches: &mut mpsc::Receiver<Batch>,
-        stop: &AtomicBool,
+        stop: &CancellationToken,
     ) -> Ended {
         loop {
-            if stop.load(Ordering::SeqCst) {
+            if stop.is_cancelled() {
                 return Ended::Interrupted {
                     resume: self.first_unread(),
                 };
@@ -353,7 +435,7 @@ impl Run {
             if self.reader_done {
                 return Ended::Complete;
             }
-            if let Err(error) = self.receive(batches).await {
+            if let Err(error) = self.receive(batches, stop).await {
                 return Ended::FileFailed {
                     error,
                     resume: self.received,

@@ -15,20 +15,31 @@
 -- ARGV[5]  the attempt's 8-byte digest, or '' for none
 -- ARGV[6]  optional: how many successes the call stands for (bulk import);
 --          absent means 1, so RecordOutcome's calls are unchanged
+-- ARGV[7]  optional (bulk import): the row's import mark (the file's 8-byte
+--          identity, then the row in decimal). A row the hash's mark covers
+--          writes nothing (code 2); a row that writes moves the mark to it.
+--          RecordOutcome sends none and never touches the mark.
 -- Returns {code, net count, pruned}, where code is
 --   1  applied;
 --   0  the hash does not exist and the customer must pass admission first;
---   2  a repeat of a remembered attempt: the net count is the combo's current
---      count (0 when absent);
+--   2  a repeat of a remembered attempt, or an import row the mark covers:
+--      the net count is the combo's current count (0 when absent);
 --  -1  a value under the key is not one this service writes.
 -- Codes other than 1 mean nothing was written.
--- (attempts.lua comes first: ATTEMPTS, is_count, is_attempts, remembers,
--- remember.)
+-- (attempts.lua comes first: ATTEMPTS, MARK, is_count, is_attempts,
+-- mark_verdict, remembers, remember.)
 local key, field, ttl, cap, attempt = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[5]
-local times = tonumber(ARGV[6] or '1')
+local times, row = tonumber(ARGV[6] or '1'), ARGV[7]
 
-local stored = redis.call('HMGET', key, ATTEMPTS, field)
-local attempts, current = stored[1], stored[2]
+-- The mark is read only for an import row: RecordOutcome's reads are as
+-- they were.
+local stored
+if row then
+  stored = redis.call('HMGET', key, ATTEMPTS, field, MARK)
+else
+  stored = redis.call('HMGET', key, ATTEMPTS, field)
+end
+local attempts, current, marked = stored[1], stored[2], stored[3]
 if not attempts and not current and ARGV[4] ~= '1' and redis.call('EXISTS', key) == 0 then
   return {0, 0, 0}
 end
@@ -39,13 +50,19 @@ end
 if current and not is_count(current) then
   return {-1, 0, 0}
 end
-if attempt ~= '' and attempts and remembers(attempts, attempt) then
+local verdict = row and mark_verdict(marked, row)
+if verdict == -1 then
+  return {-1, 0, 0}
+end
+if verdict == 2 or (attempt ~= '' and attempts and remembers(attempts, attempt)) then
   return {2, tonumber(current) or 0, 0}
 end
 
 -- The cap, chosen before any write: only a new field can push the hash past it.
 local victims = {}
 if not current then
+  -- HLEN less the attempts: exact, or one more than the combos when the hash
+  -- holds an import mark, which the count below leaves out.
   local combos = redis.call('HLEN', key) - (attempts and 1 or 0)
   local excess = combos + 1 - cap
   if excess > 0 then
@@ -62,13 +79,16 @@ if not current then
     local flat = redis.call('HGETALL', key)
     local others = {}
     for i = 1, #flat, 2 do
-      if flat[i] ~= ATTEMPTS then
+      -- Bookkeeping (`:a`, `:i`: a name that starts with ':', as
+      -- domain::attempts::is_bookkeeping says) is no combo.
+      if string.byte(flat[i], 1) ~= 58 then
         if not is_count(flat[i + 1]) then
           return {-1, 0, 0}
         end
         others[#others + 1] = {flat[i], tonumber(flat[i + 1])}
       end
     end
+    excess = #others + 1 - cap
     table.sort(others, function(a, b)
       if a[2] ~= b[2] then return a[2] < b[2] end
       return bytes_less(a[1], b[1])
@@ -80,13 +100,22 @@ if not current then
 end
 
 local count
-if attempt == '' then
+if attempt == '' and not row then
   count = redis.call('HINCRBY', key, field, times)
-else
+elseif not row then
   -- The count and the attempt in one command: the count was read (and
   -- checked to be a whole number) above.
   count = (tonumber(current) or 0) + times
   redis.call('HSET', key, field, string.format('%d', count), ATTEMPTS, remember(attempts, attempt))
+else
+  -- An import row: the count, its attempt if any, and the mark, in one
+  -- command.
+  count = (tonumber(current) or 0) + times
+  if attempt == '' then
+    redis.call('HSET', key, field, string.format('%d', count), MARK, row)
+  else
+    redis.call('HSET', key, field, string.format('%d', count), ATTEMPTS, remember(attempts, attempt), MARK, row)
+  end
 end
 for i = 1, #victims do
   redis.call('HDEL', key, victims[i])

@@ -60,9 +60,18 @@ fn admission_key(merchant: &str) -> AdmissionKey {
     keys::admission_key(&MerchantId::parse(merchant).unwrap())
 }
 
+/// Runs one call as a batch of one; the script's reply.
+fn run_one(h: &Harness, call: crate::storage::ScriptCall) -> Vec<i64> {
+    match h.runtime.block_on(h.store.run_batch(vec![call])).remove(0) {
+        crate::storage::CallOutcome::Replied(reply) => reply,
+        other => panic!("the script did not answer: {other:?}"),
+    }
+}
+
 mod attempts;
 mod batch;
 mod counts;
+mod import_mark;
 
 /// A store and an inspection client on one Redis, driven from sync proptest.
 struct Harness {

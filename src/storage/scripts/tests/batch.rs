@@ -136,11 +136,18 @@ async fn batched(store: &RedisStore, merchant: &str, ops: &[Op]) -> Vec<Answer> 
         .iter()
         .map(|op| match *op {
             Op::Success(write, create) => {
-                store.success_call(write.key(merchant).as_str(), write.success(create), 1)
+                store.success_call(write.key(merchant).as_str(), write.success(create), 1, None)
             }
             Op::Failure(write) => {
                 let key = write.key(merchant);
-                store.failure_call(key.as_str(), write.field(), 100, digest(write.attempt), 1)
+                store.failure_call(
+                    key.as_str(),
+                    write.field(),
+                    100,
+                    digest(write.attempt),
+                    1,
+                    None,
+                )
             }
             Op::Admit { budget } => {
                 store.admit_call(admission_key(merchant).as_str(), request(budget), 1)
@@ -226,9 +233,9 @@ fn a_failing_call_stops_only_itself() {
     }
     .success(true);
     let calls = vec![
-        h.store.success_call(before.as_str(), write, 1),
-        h.store.success_call(foreign.as_str(), write, 1),
-        h.store.success_call(after.as_str(), write, 2),
+        h.store.success_call(before.as_str(), write, 1, None),
+        h.store.success_call(foreign.as_str(), write, 1, None),
+        h.store.success_call(after.as_str(), write, 2, None),
     ];
     let outcomes = h.runtime.block_on(h.store.run_batch(calls));
     assert!(
@@ -260,6 +267,7 @@ fn a_forgotten_batch_script_is_not_run_and_loaded_again() {
             }
             .success(true),
             1,
+            None,
         )
     };
     // Never loaded: NOSCRIPT, so nothing ran, and the batch loads it.

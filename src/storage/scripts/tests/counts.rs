@@ -5,15 +5,7 @@
 
 use super::*;
 use crate::domain::attempts::AttemptId;
-use crate::storage::{CallOutcome, admitted_of, failure_reply, success_reply};
-
-/// Runs one call as a batch of one; the script's reply.
-fn run_one(h: &Harness, call: crate::storage::ScriptCall) -> Vec<i64> {
-    match h.runtime.block_on(h.store.run_batch(vec![call])).remove(0) {
-        CallOutcome::Replied(reply) => reply,
-        other => panic!("the script did not answer: {other:?}"),
-    }
-}
+use crate::storage::{admitted_of, failure_reply, success_reply};
 
 #[test]
 fn a_count_moves_the_stored_count_by_that_much_and_floors_at_deletion() {
@@ -35,7 +27,7 @@ fn a_count_moves_the_stored_count_by_that_much_and_floors_at_deletion() {
                 create: true,
                 attempt: None,
             };
-            let call = h.store.success_call(key.as_str(), write, times);
+            let call = h.store.success_call(key.as_str(), write, times, None);
             let outcome = run_one(&h, call);
             let recorded = success_reply(&outcome).unwrap();
             let added = start + i64::from(times);
@@ -50,7 +42,7 @@ fn a_count_moves_the_stored_count_by_that_much_and_floors_at_deletion() {
 
             let call = h
                 .store
-                .failure_call(key.as_str(), field, 100, None, times + 1);
+                .failure_call(key.as_str(), field, 100, None, times + 1, None);
             let outcome = run_one(&h, call);
             let left = (added - i64::from(times + 1)).max(0);
             assert_eq!(
@@ -80,7 +72,7 @@ fn a_counted_row_with_an_attempt_is_one_attempt() {
         create: true,
         attempt,
     };
-    let first = run_one(&h, h.store.success_call(key.as_str(), write, 4));
+    let first = run_one(&h, h.store.success_call(key.as_str(), write, 4, None));
     assert_eq!(
         success_reply(&first).unwrap(),
         Some(Recorded::Applied {
@@ -88,14 +80,15 @@ fn a_counted_row_with_an_attempt_is_one_attempt() {
             pruned: 0
         })
     );
-    let again = run_one(&h, h.store.success_call(key.as_str(), write, 4));
+    let again = run_one(&h, h.store.success_call(key.as_str(), write, 4, None));
     assert_eq!(
         success_reply(&again).unwrap(),
         Some(Recorded::Duplicate { net_count: 4 })
     );
     let failure = run_one(
         &h,
-        h.store.failure_call(key.as_str(), field, 100, attempt, 2),
+        h.store
+            .failure_call(key.as_str(), field, 100, attempt, 2, None),
     );
     assert_eq!(
         failure_reply(&failure).unwrap(),
