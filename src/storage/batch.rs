@@ -23,7 +23,7 @@ use fred::types::{ClusterHash, CustomCommand};
 use fred::util::redis_keyslot;
 
 use super::chunks::chunks;
-use super::error::{CallKind, NotApplied, StorageError};
+use super::error::{CallKind, NoAnswer, NotApplied, StorageError, is_acl_refusal};
 use super::scripts::batch_body;
 use super::store::{Backend, RedisStore};
 use crate::domain::admission::{Decision, WindowCounters};
@@ -343,6 +343,15 @@ fn call_outcome(reply: Value, kind: CallKind) -> CallOutcome {
             detail: "it holds another Redis type (WRONGTYPE)".into(),
         });
     }
+    // A command the user may not run, refused inside the script (the batch
+    // script caught it, so its words name no script place): the call's
+    // earlier commands may have written.
+    if is_acl_refusal(&message) {
+        return CallOutcome::Failed(StorageError::MaybeApplied {
+            why: NoAnswer::ScriptStopped,
+            detail: message,
+        });
+    }
     let error = Error::new(ErrorKind::Unknown, message);
     CallOutcome::Failed(StorageError::from_redis(&error, kind))
 }
@@ -419,6 +428,7 @@ pub(crate) fn success_reply(reply: &[i64]) -> Result<Option<Recorded>, StorageEr
         })),
         [2, net_count, _] => Ok(Some(Recorded::Duplicate { net_count })),
         [-1, _, _] => Err(foreign_value("the customer's hash")),
+        [-2, _, _] => Err(no_ttl_permission("EXPIRE")),
         _ => Err(StorageError::Unexpected(format!(
             "record_success replied {reply:?}"
         ))),
@@ -451,6 +461,7 @@ pub(crate) fn admitted_of(reply: &[i64], asking: u32) -> Result<u32, StorageErro
             Ok(u32::try_from(admitted).unwrap_or(asking))
         }
         [-1, ..] => Err(foreign_value("the merchant's admission key")),
+        [-2, ..] => Err(no_ttl_permission("PEXPIRE")),
         _ => Err(StorageError::Unexpected(format!(
             "admit replied {reply:?} to {asking} customers"
         ))),
@@ -471,6 +482,7 @@ pub(crate) fn admit_reply(reply: &[i64]) -> Result<Decision, StorageError> {
             })
         }
         [-1, ..] => Err(foreign_value("the merchant's admission key")),
+        [-2, ..] => Err(no_ttl_permission("PEXPIRE")),
         _ => Err(StorageError::Unexpected(format!("admit replied {reply:?}"))),
     }
 }
@@ -493,5 +505,18 @@ fn foreign_value(key_kind: &'static str) -> StorageError {
     StorageError::ForeignValue {
         key_kind,
         detail: "a stored value is not a whole number, or not a valid attempts list".into(),
+    }
+}
+
+/// A script's refusal to create a key that the service's Redis user could
+/// not give a TTL: `command` is the one the user may not run.
+fn no_ttl_permission(command: &str) -> StorageError {
+    StorageError::Unavailable {
+        why: NotApplied::Permission,
+        detail: format!(
+            "the Redis user may not run {command} on this key (needs +{}), so the script \
+             created nothing",
+            command.to_ascii_lowercase()
+        ),
     }
 }

@@ -75,6 +75,10 @@ pub enum NotApplied {
     /// A step before the write (admission) got no answer, so the write
     /// itself was never sent.
     EarlierStepFailed,
+    /// The service's Redis user lacks a permission a write needs: the
+    /// permission probe found it missing on this key's node, or a script
+    /// checked it before writing (`permissions.rs`).
+    Permission,
 }
 
 impl NotApplied {
@@ -87,6 +91,7 @@ impl NotApplied {
             Self::Refused => "refused",
             Self::ReadFailed => "read_failed",
             Self::EarlierStepFailed => "earlier_step_failed",
+            Self::Permission => "permission",
         }
     }
 }
@@ -98,6 +103,12 @@ pub enum NoAnswer {
     Timeout(Duration),
     /// The connection dropped with the command in flight.
     ConnectionLost,
+    /// Redis stopped a script part-way because the user may not run one of
+    /// its commands (a permission revoked while the service runs): the
+    /// script's earlier commands may have written. It does not stop a
+    /// script before it creates a key that it could not give a TTL: the
+    /// scripts check that themselves, and answer [`NotApplied::Permission`].
+    ScriptStopped,
 }
 
 impl NoAnswer {
@@ -106,6 +117,7 @@ impl NoAnswer {
         match self {
             Self::Timeout(_) => "timeout",
             Self::ConnectionLost => "connection_lost",
+            Self::ScriptStopped => "script_stopped",
         }
     }
 }
@@ -192,6 +204,10 @@ impl StorageError {
                 not_applied(NotApplied::NoConnection)
             }
             ErrorKind::Auth => not_applied(NotApplied::Refused),
+            // Before the refusals: a NOPERM raised by a command inside a
+            // script (Redis 7.2 and Valkey say NOPERM there; 7.0 says ERR)
+            // comes after the script's earlier commands ran.
+            _ if refused_inside_script(error.details()) => maybe_applied(NoAnswer::ScriptStopped),
             _ if REFUSALS.contains(&code) => not_applied(NotApplied::Refused),
             ErrorKind::Parse | ErrorKind::InvalidArgument | ErrorKind::InvalidCommand => {
                 Self::Unexpected(detail)
@@ -208,6 +224,20 @@ impl StorageError {
             _ => maybe_applied(NoAnswer::ConnectionLost),
         }
     }
+}
+
+/// Whether `details` is an ACL refusal of a command that a script called:
+/// Redis names the script's place (`@user_script:LINE`) after the refusal.
+/// A refusal of EVALSHA itself (or of its keys) names no script place: the
+/// script never ran.
+pub(crate) fn refused_inside_script(details: &str) -> bool {
+    details.contains("@user_script:") && is_acl_refusal(details)
+}
+
+/// Whether `message` is Redis's ACL refusal of a command: `NOPERM …`, or
+/// Redis 7.0's words for a command refused inside a script.
+pub(crate) fn is_acl_refusal(message: &str) -> bool {
+    message.starts_with("NOPERM") || message.contains("can't run this command")
 }
 
 /// The first word of an error: Redis's error code, when it is Redis's reply.
@@ -359,6 +389,14 @@ mod tests {
                 why: NotApplied::EarlierStepFailed,
                 detail: detail(),
             },
+            StorageError::Unavailable {
+                why: NotApplied::Permission,
+                detail: detail(),
+            },
+            StorageError::MaybeApplied {
+                why: NoAnswer::ScriptStopped,
+                detail: detail(),
+            },
             StorageError::MaybeApplied {
                 why: NoAnswer::Timeout(Duration::from_millis(250)),
                 detail: detail(),
@@ -396,6 +434,64 @@ mod tests {
             classify(ErrorKind::Timeout, "timed out", WRITE).kind(),
             "timeout"
         );
+    }
+
+    #[test]
+    fn a_command_refused_inside_a_script_may_have_followed_writes() {
+        // Redis 7.0's words, then Redis 7.2's and Valkey's.
+        for details in [
+            "ERR The user executing the script can't run this command or subcommand script: \
+             e8b02014deef4913a53a9c9e335b4732858d5f80, on @user_script:1.",
+            "NOPERM User sticky-routing has no permissions to run the 'expire' command script: \
+             e8b02014deef4913a53a9c9e335b4732858d5f80, on @user_script:71.",
+        ] {
+            assert!(
+                matches!(
+                    classify(ErrorKind::Unknown, details, WRITE),
+                    StorageError::MaybeApplied {
+                        why: NoAnswer::ScriptStopped,
+                        ..
+                    }
+                ),
+                "{details}"
+            );
+            assert!(matches!(
+                classify(ErrorKind::Unknown, details, READ),
+                StorageError::Unavailable {
+                    why: NotApplied::ReadFailed,
+                    ..
+                }
+            ));
+        }
+        // EVALSHA itself, or its key, refused: the script never ran.
+        for details in [
+            "NOPERM User sticky-routing has no permissions to run the 'evalsha' command",
+            "NOPERM No permissions to access a key",
+        ] {
+            assert!(
+                matches!(
+                    classify(ErrorKind::Unknown, details, WRITE),
+                    StorageError::Unavailable {
+                        why: NotApplied::Refused,
+                        ..
+                    }
+                ),
+                "{details}"
+            );
+        }
+        // Out of memory inside a script is refused at its first write only.
+        assert!(matches!(
+            classify(
+                ErrorKind::Unknown,
+                "OOM command not allowed when used memory > 'maxmemory'. script: \
+                 e8b02014deef4913a53a9c9e335b4732858d5f80, on @user_script:70.",
+                WRITE
+            ),
+            StorageError::Unavailable {
+                why: NotApplied::Refused,
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -34,6 +34,7 @@ use fred::types::InfoKind;
 use tokio::time::MissedTickBehavior;
 
 use super::cluster::Cluster;
+use super::permissions::NodePermissions;
 use crate::domain::memory_guard::{GuardReading, MemoryLimit, NodeMemory, Verdict};
 
 /// How often each node is polled, and the longest one poll may take.
@@ -70,6 +71,9 @@ pub(crate) struct NodeGuard {
     reachable: AtomicU8,
     /// When the node's pool was started, for [`CONNECT_GRACE`].
     started: Instant,
+    /// Whether the service's Redis user may do all it needs on this node,
+    /// as the readiness check's probe last found (`permissions.rs`).
+    pub(super) permissions: NodePermissions,
 }
 
 impl NodeGuard {
@@ -83,6 +87,7 @@ impl NodeGuard {
             unanswered: AtomicBool::new(false),
             reachable: AtomicU8::new(REACHABILITY_UNKNOWN),
             started: Instant::now(),
+            permissions: NodePermissions::new(),
         }
     }
 
@@ -91,7 +96,7 @@ impl NodeGuard {
         self.engaged.load(Ordering::Relaxed)
     }
 
-    fn name(&self) -> Arc<str> {
+    pub(super) fn name(&self) -> Arc<str> {
         self.name
             .lock()
             .map_or_else(|_| Arc::from("-"), |name| name.clone())

@@ -14,6 +14,7 @@ mod chunks;
 mod cluster;
 mod error;
 mod memory_watch;
+mod permissions;
 mod scan;
 mod scripts;
 mod sentinel_watch;

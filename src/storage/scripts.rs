@@ -49,14 +49,40 @@ impl LuaScript {
         args: &[Value],
         metrics: &Metrics,
     ) -> Result<R, Error> {
+        self.send(client, Some(key), args, metrics).await
+    }
+
+    /// Runs a script that touches no key (the permission probe): on
+    /// Cluster, the node the client is connected to runs it.
+    pub async fn run_keyless<R: FromValue>(
+        &self,
+        client: &WithOptions<Client>,
+        args: &[Value],
+        metrics: &Metrics,
+    ) -> Result<R, Error> {
+        self.send(client, None, args, metrics).await
+    }
+
+    async fn send<R: FromValue>(
+        &self,
+        client: &WithOptions<Client>,
+        key: Option<&str>,
+        args: &[Value],
+        metrics: &Metrics,
+    ) -> Result<R, Error> {
         // A custom command's slot must be given outright: fred hashes the
         // first string argument otherwise, which here is the script.
-        let slot = ClusterHash::Custom(redis_keyslot(key.as_bytes()));
+        let slot = ClusterHash::Custom(key.map_or(0, |key| redis_keyslot(key.as_bytes())));
         let command = |name: &'static str, script: &str| {
             let mut line = Vec::with_capacity(args.len() + 3);
             line.push(Value::from(script));
-            line.push(Value::from(1));
-            line.push(Value::from(key));
+            match key {
+                Some(key) => {
+                    line.push(Value::from(1));
+                    line.push(Value::from(key));
+                }
+                None => line.push(Value::from(0)),
+            }
             line.extend(args.iter().cloned());
             (CustomCommand::new_static(name, slot.clone(), false), line)
         };
@@ -85,6 +111,9 @@ pub struct Scripts {
     pub record_success: LuaScript,
     pub record_failure: LuaScript,
     pub admit: LuaScript,
+    /// Whether the service's Redis user may run what the service needs
+    /// (`permissions.rs`); it runs nothing and writes nothing.
+    pub probe: LuaScript,
     /// The three above, many calls per EVALSHA (bulk import only; see
     /// `scripts/batch.lua`).
     pub batch: Script,
@@ -132,14 +161,23 @@ impl Scripts {
                 ),
             ),
             admit: LuaScript::new(RedisCommand::Admit, include_str!("scripts/admit.lua")),
+            probe: LuaScript::new(
+                RedisCommand::PermissionProbe,
+                include_str!("scripts/probe.lua"),
+            ),
             batch: Script::from_lua(BATCH),
         }
     }
 }
 
 impl Scripts {
-    pub fn all(&self) -> [&LuaScript; 3] {
-        [&self.record_success, &self.record_failure, &self.admit]
+    pub fn all(&self) -> [&LuaScript; 4] {
+        [
+            &self.record_success,
+            &self.record_failure,
+            &self.admit,
+            &self.probe,
+        ]
     }
 }
 

@@ -31,6 +31,7 @@ use super::batch::{
 use super::cluster::{Cluster, Node};
 use super::error::{CallKind, ConnectError, NotApplied, StorageError};
 use super::memory_watch::{NodeGuard, Watched};
+use super::permissions::{PROBE_ARGS, Verdict};
 use super::scripts::{LuaScript, Scripts};
 use super::sentinel_watch::SentinelWatch;
 use super::settings::RedisSettings;
@@ -319,18 +320,15 @@ impl RedisStore {
     pub async fn ping(&self, deadline: Instant) -> Result<(), StorageError> {
         let result = match &self.backend {
             Backend::Single {
-                pool, in_flight, ..
-            } => match self.call_on(pool, in_flight, deadline, false) {
-                Ok(call) => timed(&self.metrics, RedisCommand::Ping, deadline, async {
-                    call.client
-                        .ping::<()>(None)
-                        .await
-                        .map_err(|e| call.error(&e))
-                })
-                .await
-                .map_err(|error| self.failed(error)),
-                Err(refused) => Err(self.failed(refused)),
-            },
+                pool,
+                in_flight,
+                guard,
+            } => {
+                let ping = self.call_on(pool, in_flight, deadline, false);
+                let probe = self.call_on(pool, in_flight, deadline, false);
+                let (scripts, metrics) = (self.scripts.clone(), self.metrics.clone());
+                node_ready(ping, probe, guard.clone(), scripts, metrics, deadline).await
+            }
             Backend::Cluster(cluster) => self.ping_every_primary(cluster, deadline).await,
         };
         if result.is_ok()
@@ -357,26 +355,11 @@ impl RedisStore {
         }
         let mut pings = tokio::task::JoinSet::new();
         for node in nodes {
-            let call = self.call_on(&node.pool, &node.in_flight, deadline, false);
-            let metrics = self.metrics.clone();
-            pings.spawn(async move {
-                let answered = match call {
-                    Ok(call) => {
-                        timed(&metrics, RedisCommand::Ping, deadline, async {
-                            call.client
-                                .ping::<()>(None)
-                                .await
-                                .map_err(|e| call.error(&e))
-                        })
-                        .await
-                    }
-                    Err(error) => Err(error),
-                };
-                answered.map_err(|error| {
-                    metrics.redis_error(error.kind());
-                    on_primary(&node, error)
-                })
-            });
+            let ping = self.call_on(&node.pool, &node.in_flight, deadline, false);
+            let probe = self.call_on(&node.pool, &node.in_flight, deadline, false);
+            let (scripts, metrics) = (self.scripts.clone(), self.metrics.clone());
+            let ready = node_ready(ping, probe, node.guard.clone(), scripts, metrics, deadline);
+            pings.spawn(async move { ready.await.map_err(|error| on_primary(&node, error)) });
         }
         let mut first_error = None;
         while let Some(joined) = pings.join_next().await {
@@ -554,8 +537,12 @@ impl RedisStore {
     {
         let result = match &self.backend {
             Backend::Single {
-                pool, in_flight, ..
-            } => match self.call_on(pool, in_flight, deadline, write) {
+                pool,
+                in_flight,
+                guard,
+            } => match permitted(guard, write)
+                .and_then(|()| self.call_on(pool, in_flight, deadline, write))
+            {
                 Ok(call) => {
                     let timed = Timed::start(&self.metrics, command, deadline);
                     let result = match timed.span() {
@@ -605,6 +592,7 @@ impl RedisStore {
                 detail: "no primary is known for this key's slot yet".into(),
             }
         })?;
+        permitted(&node.guard, write)?;
         let call = self.call_on(&node.pool, &node.in_flight, deadline, write)?;
         timed(&self.metrics, command, deadline, async {
             let (kind, permit) = (call.kind, call._in_flight);
@@ -695,6 +683,63 @@ impl RedisStore {
             _in_flight: permit,
         })
     }
+}
+
+/// Refuses a write, unsent, to a node where the permission probe last found
+/// the service's Redis user lacking (`permissions.rs`).
+fn permitted(guard: &NodeGuard, write: bool) -> Result<(), StorageError> {
+    match write.then(|| guard.permissions.refusal()).flatten() {
+        Some(refusal) => Err(refusal),
+        None => Ok(()),
+    }
+}
+
+/// One node's readiness: a PING and the permission probe, sent at once on
+/// calls made for them. Each failed call is counted on `metrics`; the
+/// probe's verdict is kept on `guard`, and readiness passes only when the
+/// PING was answered and the last verdict lets every write through.
+async fn node_ready(
+    ping: Result<Call, StorageError>,
+    probe: Result<Call, StorageError>,
+    guard: Arc<NodeGuard>,
+    scripts: Arc<Scripts>,
+    metrics: Arc<Metrics>,
+    deadline: Instant,
+) -> Result<(), StorageError> {
+    let pinged = async {
+        let call = ping?;
+        timed(&metrics, RedisCommand::Ping, deadline, async {
+            call.client
+                .ping::<()>(None)
+                .await
+                .map_err(|e| call.error(&e))
+        })
+        .await
+    };
+    let probed = async {
+        let call = probe?;
+        let reply: Vec<i64> = timed(&metrics, RedisCommand::PermissionProbe, deadline, async {
+            scripts
+                .probe
+                .run_keyless(&call.client, &PROBE_ARGS[..], &metrics)
+                .await
+                .map_err(|e| call.error(&e))
+        })
+        .await?;
+        Verdict::of_reply(&reply)
+    };
+    let (pinged, probed) = tokio::join!(pinged, probed);
+    match probed {
+        Ok(verdict) => guard.permissions.record(verdict, &guard.name()),
+        Err(error) => {
+            if let Some(verdict) = Verdict::of_failed_probe(&error) {
+                guard.permissions.record(verdict, &guard.name());
+            }
+            metrics.redis_error(error.kind());
+        }
+    }
+    pinged.inspect_err(|error| metrics.redis_error(error.kind()))?;
+    guard.permissions.readiness()
 }
 
 /// fred's configuration for `redis`: the URL, with the credentials and TLS

@@ -53,10 +53,10 @@ pub(super) struct Timed<'a> {
 
 impl<'a> Timed<'a> {
     pub(super) fn start(metrics: &'a Metrics, command: RedisCommand, deadline: Instant) -> Self {
-        // The readiness PING belongs to no call: a span would start a trace
+        // The readiness check belongs to no call: a span would start a trace
         // of its own twice a second.
         let span = match command {
-            RedisCommand::Ping => tracing::Span::none(),
+            RedisCommand::Ping | RedisCommand::PermissionProbe => tracing::Span::none(),
             _ => traces::redis_span(command.label()),
         };
         Self {

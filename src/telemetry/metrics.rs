@@ -91,11 +91,14 @@ pub enum RedisCommand {
     Admit,
     /// The readiness check: PING every 500 ms (to every primary on Cluster).
     Ping,
+    /// The readiness check's other half: probe.lua, which asks Redis whether
+    /// the service's user may run every command the service needs.
+    PermissionProbe,
 }
 
 impl RedisCommand {
     /// Every command, each at its own index.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::ReadCombos,
         Self::ReadHabits,
         Self::Forget,
@@ -103,6 +106,7 @@ impl RedisCommand {
         Self::RecordFailure,
         Self::Admit,
         Self::Ping,
+        Self::PermissionProbe,
     ];
 
     pub fn label(self) -> &'static str {
@@ -114,6 +118,7 @@ impl RedisCommand {
             Self::RecordFailure => "record_failure",
             Self::Admit => "admit",
             Self::Ping => "ping",
+            Self::PermissionProbe => "permission_probe",
         }
     }
 }
@@ -226,7 +231,7 @@ impl Metrics {
                     "Time of each Redis call made for an RPC or the readiness check, from \
                      handing it to the Redis client to its answer, whatever the answer, by \
                      command: read_combos, read_habits, forget, record_success, \
-                     record_failure, admit, ping",
+                     record_failure, admit, ping, permission_probe",
                 )
                 .with_boundaries(REDIS_LATENCY_BUCKETS.to_vec())
                 .build(),

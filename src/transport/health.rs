@@ -49,7 +49,7 @@ pub async fn follow_redis(
                 Err(error) => tracing::warn!(
                     %error,
                     connection = store.connection_problem().as_deref().unwrap_or("none seen"),
-                    "redis does not answer: {API_SERVICE} is NOT_SERVING"
+                    "redis is not ready (unreachable, or the user lacks a permission): {API_SERVICE} is NOT_SERVING"
                 ),
             }
             let status = if ok {

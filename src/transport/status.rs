@@ -70,6 +70,10 @@ fn not_applied(why: NotApplied) -> &'static str {
         }
         NotApplied::ReadFailed => "Redis did not answer",
         NotApplied::EarlierStepFailed => "the admission check got no answer from Redis",
+        NotApplied::Permission => {
+            "the service's Redis user lacks a permission that this write needs (the service's \
+             log names it)"
+        }
     }
 }
 
@@ -79,6 +83,11 @@ fn no_answer(why: NoAnswer) -> String {
             format!("Redis did not answer within {}ms", timeout.as_millis())
         }
         NoAnswer::ConnectionLost => "the connection to Redis dropped before it answered".into(),
+        NoAnswer::ScriptStopped => {
+            "Redis stopped the write part-way: the service's Redis user lost a permission it \
+             needs (the service's log names it)"
+                .into()
+        }
     }
 }
 

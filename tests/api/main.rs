@@ -36,6 +36,7 @@ mod loadtest_recipes;
 mod monitoring;
 mod observability;
 mod overload;
+mod permissions;
 mod pki;
 mod priorities;
 mod record_outcome;

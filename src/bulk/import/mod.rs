@@ -48,7 +48,7 @@ use tokio_util::task::TaskTracker;
 use crate::bulk::START_WITHIN;
 use crate::config::Settings;
 use crate::domain::import_mark::{FileId, FileIdHasher};
-use crate::storage::RedisStore;
+use crate::storage::{NotApplied, RedisStore, StorageError, redact_url};
 use crate::telemetry::Metrics;
 use apply::Applier;
 use args::ImportArgs;
@@ -282,12 +282,39 @@ async fn connect(settings: &Settings) -> Result<(RedisStore, TaskTracker), Strin
             .err()
             .map(|error| format!("loading the scripts failed: {error}"))
     };
-    match problem {
-        None => Ok((store, tasks)),
-        Some(why) => {
+    let lacking = match problem {
+        Some(_) => None,
+        None => lacking_permission(&store).await,
+    };
+    match (problem, lacking) {
+        (None, None) => Ok((store, tasks)),
+        (Some(why), _) => {
             crate::bulk::quit_within(store.quit()).await;
             Err(crate::bulk::unreachable(&redis, &why))
         }
+        (None, Some(lacking)) => {
+            crate::bulk::quit_within(store.quit()).await;
+            Err(format!(
+                "Redis at {}: {lacking}; nothing was imported \
+                 (deploy/redis-acl.txt lists what the service needs)",
+                redact_url(&redis.url)
+            ))
+        }
+    }
+}
+
+/// What the Redis user lacks, as the readiness check's permission probe
+/// finds it on every node; `None` when it lacks nothing or the probe could
+/// not tell (any other failure shows on the first batch, as it would
+/// anyway). Checked before the first row so that a narrow user stops the
+/// import with nothing written rather than row by row.
+async fn lacking_permission(store: &RedisStore) -> Option<String> {
+    match store.ping(Instant::now() + START_WITHIN).await {
+        Err(StorageError::Unavailable {
+            why: NotApplied::Permission,
+            detail,
+        }) => Some(detail),
+        _ => None,
     }
 }
 

@@ -9,9 +9,10 @@
 --          decided as if alone, one after the other; absent means 1, so
 --          RecordOutcome's calls are unchanged
 -- Returns {admitted, window, current, previous} after the request, admitted
--- being how many were admitted (0 or 1 for one), or {-1, 0, 0, 0} with
--- nothing written when a stored value is not a whole number (not one this
--- service writes).
+-- being how many were admitted (0 or 1 for one), or, with nothing written,
+-- {-1, 0, 0, 0} when a stored value is not a whole number (not one this
+-- service writes) and {-2, 0, 0, 0} when the hash is new and the service's
+-- Redis user may not PEXPIRE it (it would be left without a TTL).
 local key = KEYS[1]
 local now, window, budget = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local asking = tonumber(ARGV[4] or '1')
@@ -44,6 +45,12 @@ while admitted < asking and (cur + prev * (1.0 - fraction)) + 1.0 <= budget do
   admitted = admitted + 1
 end
 if admitted > 0 then
+  -- A new hash is written only if it can be given its TTL (see
+  -- record_success.lua).
+  if not stored[1] and redis.acl_check_cmd
+      and not redis.acl_check_cmd('PEXPIRE', key, string.format('%d', 2 * window)) then
+    return {-2, 0, 0, 0}
+  end
   redis.call('HSET', key,
     'w', string.format('%d', w), 'cur', string.format('%d', cur), 'prev', string.format('%d', prev))
   redis.call('PEXPIRE', key, string.format('%d', 2 * window))

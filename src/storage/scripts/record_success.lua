@@ -24,7 +24,10 @@
 --   0  the hash does not exist and the customer must pass admission first;
 --   2  a repeat of a remembered attempt, or an import row the mark covers:
 --      the net count is the combo's current count (0 when absent);
---  -1  a value under the key is not one this service writes.
+--  -1  a value under the key is not one this service writes;
+--  -2  the hash is new and the service's Redis user may not EXPIRE it, so
+--      it would be left without a TTL (Redis 7 and later check this; 6 has
+--      no redis.acl_check_cmd).
 -- Codes other than 1 mean nothing was written.
 -- (attempts.lua comes first: ATTEMPTS, MARK, is_count, is_attempts,
 -- mark_verdict, remembers, remember.)
@@ -61,9 +64,17 @@ end
 -- The cap, chosen before any write: only a new field can push the hash past it.
 local victims = {}
 if not current then
+  local fields = redis.call('HLEN', key)
+  -- A new hash is written only if it can be given its TTL: a script that
+  -- Redis stops at the EXPIRE, after the write, would leave it with none.
+  -- (Not EXPIRE itself on the absent key: a write command would let the
+  -- writes after it past maxmemory.)
+  if fields == 0 and redis.acl_check_cmd and not redis.acl_check_cmd('EXPIRE', key, ttl) then
+    return {-2, 0, 0}
+  end
   -- HLEN less the attempts: exact, or one more than the combos when the hash
   -- holds an import mark, which the count below leaves out.
-  local combos = redis.call('HLEN', key) - (attempts and 1 or 0)
+  local combos = fields - (attempts and 1 or 0)
   local excess = combos + 1 - cap
   if excess > 0 then
     -- Lua's '<' on strings follows the server's locale (strcoll); the rule

@@ -1,0 +1,262 @@
+//! The permission probe: whether the service's Redis user may run every
+//! command the service sends and its scripts call, on the keys it runs them
+//! on, checked on every node with the readiness PING.
+//!
+//! Why: Redis checks a script's commands one by one as the script runs. A
+//! user without `+expire` lets record_success.lua write the count and then
+//! stops it at the EXPIRE, leaving a key without a TTL and a caller who
+//! cannot tell what happened. So the scripts themselves check, before they
+//! create a key, that they can give it its TTL (the one rule that keeps
+//! memory bounded); and this probe finds any missing permission before a
+//! write meets it:
+//!
+//! - Until a node's probe passes, readiness is NOT_SERVING, and the log
+//!   names what the user lacks, in ACL words (`+expire on ~sticky_gw_*`).
+//! - While the last probe of a node found something missing, a write to
+//!   that node is refused with nothing sent (`NotApplied::Permission`).
+//! - Each readiness check probes again, so a fixed ACL is seen within one
+//!   check (500 ms), and a permission revoked while the service runs within
+//!   one check too: the writes in between get what Redis says, which is
+//!   UNKNOWN for a script stopped part-way.
+//!
+//! probe.lua asks `redis.acl_check_cmd` (Redis 7 and later, Valkey), so it
+//! runs none of the commands and writes nothing. A Redis 6 cannot say; the
+//! probe then passes, the log says once that it could not check, and the
+//! scripts' own check is skipped too (they test for `acl_check_cmd`).
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{LazyLock, Mutex};
+
+use fred::prelude::Value;
+
+use super::error::{NotApplied, StorageError, is_acl_refusal};
+
+/// A customer key as the ACL sees it: the family's prefix and a name no
+/// customer key has (a merchant id is never empty). Nothing is written
+/// under it: the probe only asks whether it could be.
+const CUSTOMER: &str = "sticky_gw__probe";
+/// An admission key, likewise.
+const ADMISSION: &str = "sticky_adm__probe";
+/// Any 40 hex digits: EVALSHA's ACL check reads its key, not its script.
+const ANY_SHA: &str = "0000000000000000000000000000000000000000";
+
+/// One thing the service does with Redis: the ACL rule that allows it, and
+/// the command line probe.lua checks.
+#[derive(Debug)]
+pub(super) struct Need {
+    /// The rule, as `deploy/redis-acl.txt` writes it.
+    grant: &'static str,
+    /// The key pattern it runs on, if any.
+    keys: Option<&'static str>,
+    words: &'static [&'static str],
+}
+
+impl Need {
+    const fn new(grant: &'static str, words: &'static [&'static str]) -> Self {
+        Self {
+            grant,
+            keys: None,
+            words,
+        }
+    }
+
+    const fn on(grant: &'static str, keys: &'static str, words: &'static [&'static str]) -> Self {
+        Self {
+            grant,
+            keys: Some(keys),
+            words,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self.keys {
+            Some(keys) => format!("{} on ~{keys}", self.grant),
+            None => self.grant.to_string(),
+        }
+    }
+}
+
+const CUSTOMERS: &str = "sticky_gw_*";
+const ADMISSIONS: &str = "sticky_adm_*";
+
+/// Everything the service and its scripts send. `scripts_call_nothing_unprobed`
+/// holds the scripts' commands to this list.
+pub(super) const NEEDS: &[Need] = &[
+    // Sent by the service itself: readiness, the memory guard's poll, the
+    // scripts' calls and their NOSCRIPT fallback, GetPin, GetHabits and
+    // ForgetCustomer.
+    Need::new("+ping", &["PING"]),
+    Need::new("+info", &["INFO", "memory"]),
+    Need::new("+script|load", &["SCRIPT", "LOAD", "return 1"]),
+    Need::on("+evalsha", CUSTOMERS, &["EVALSHA", ANY_SHA, "1", CUSTOMER]),
+    Need::on(
+        "+evalsha",
+        ADMISSIONS,
+        &["EVALSHA", ANY_SHA, "1", ADMISSION],
+    ),
+    Need::on("+eval", CUSTOMERS, &["EVAL", "return 1", "1", CUSTOMER]),
+    Need::on("+eval", ADMISSIONS, &["EVAL", "return 1", "1", ADMISSION]),
+    Need::on("+hgetall", CUSTOMERS, &["HGETALL", CUSTOMER]),
+    Need::on("+ttl", CUSTOMERS, &["TTL", CUSTOMER]),
+    Need::on("+del", CUSTOMERS, &["DEL", CUSTOMER]),
+    // Called by record_success.lua and record_failure.lua.
+    Need::on("+hmget", CUSTOMERS, &["HMGET", CUSTOMER, ":a"]),
+    Need::on("+exists", CUSTOMERS, &["EXISTS", CUSTOMER]),
+    Need::on("+hlen", CUSTOMERS, &["HLEN", CUSTOMER]),
+    Need::on("+hincrby", CUSTOMERS, &["HINCRBY", CUSTOMER, "f", "1"]),
+    Need::on("+hset", CUSTOMERS, &["HSET", CUSTOMER, "f", "1"]),
+    Need::on("+hdel", CUSTOMERS, &["HDEL", CUSTOMER, "f"]),
+    Need::on("+expire", CUSTOMERS, &["EXPIRE", CUSTOMER, "1"]),
+    // Called by admit.lua.
+    Need::on("+hmget", ADMISSIONS, &["HMGET", ADMISSION, "w"]),
+    Need::on("+hset", ADMISSIONS, &["HSET", ADMISSION, "w", "1"]),
+    Need::on("+pexpire", ADMISSIONS, &["PEXPIRE", ADMISSION, "1"]),
+];
+
+/// probe.lua's arguments: each need's word count, then its words.
+pub(super) static PROBE_ARGS: LazyLock<Vec<Value>> = LazyLock::new(|| {
+    NEEDS
+        .iter()
+        .flat_map(|need| {
+            std::iter::once(Value::from(need.words.len() as i64))
+                .chain(need.words.iter().map(|word| Value::from(*word)))
+        })
+        .collect()
+});
+
+/// What one probe found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Verdict {
+    /// The user may run everything.
+    Granted,
+    /// What the user lacks, in ACL words, comma-separated.
+    Lacking(String),
+    /// The server cannot say (Redis before 7).
+    Unchecked,
+}
+
+impl Verdict {
+    /// probe.lua's reply: the numbers of the needs refused, or `[-1]`.
+    pub(super) fn of_reply(reply: &[i64]) -> Result<Self, StorageError> {
+        if reply == [-1] {
+            return Ok(Self::Unchecked);
+        }
+        let mut lacking = Vec::with_capacity(reply.len());
+        for &number in reply {
+            let need = usize::try_from(number)
+                .ok()
+                .and_then(|n| n.checked_sub(1))
+                .and_then(|index| NEEDS.get(index))
+                .ok_or_else(|| StorageError::Unexpected(format!("probe replied {reply:?}")))?;
+            lacking.push(need.describe());
+        }
+        Ok(if lacking.is_empty() {
+            Self::Granted
+        } else {
+            Self::Lacking(lacking.join(", "))
+        })
+    }
+
+    /// The probe's own call failed: an ACL refusal of it (no `+evalsha`, no
+    /// `+eval`) is a verdict; any other failure says nothing about
+    /// permissions.
+    pub(super) fn of_failed_probe(error: &StorageError) -> Option<Self> {
+        let detail = match error {
+            StorageError::Unavailable { detail, .. }
+            | StorageError::MaybeApplied { detail, .. } => detail,
+            _ => return None,
+        };
+        is_acl_refusal(detail).then(|| Self::Lacking(format!("the probe itself: {detail}")))
+    }
+}
+
+/// [`NodePermissions`]'s states.
+const UNKNOWN: u8 = 0;
+const GRANTED: u8 = 1;
+const LACKING: u8 = 2;
+const UNCHECKED: u8 = 3;
+
+/// One node's last verdict: read by every write (one atomic load), written
+/// by the readiness check.
+pub(crate) struct NodePermissions {
+    state: AtomicU8,
+    /// What the user lacks, while the state is `LACKING`.
+    lacking: Mutex<String>,
+}
+
+impl NodePermissions {
+    pub(super) fn new() -> Self {
+        Self {
+            state: AtomicU8::new(UNKNOWN),
+            lacking: Mutex::new(String::new()),
+        }
+    }
+
+    /// A write's refusal, while the last probe found a permission missing;
+    /// `None` otherwise (not probed yet included: the scripts' own check
+    /// still keeps every key's TTL).
+    pub(super) fn refusal(&self) -> Option<StorageError> {
+        (self.state.load(Ordering::Relaxed) == LACKING).then(|| StorageError::Unavailable {
+            why: NotApplied::Permission,
+            detail: self.lacking_words(),
+        })
+    }
+
+    /// Readiness: passes once a probe has, and while the last verdict holds.
+    /// Only a verdict that something is missing is a `Permission` error.
+    pub(super) fn readiness(&self) -> Result<(), StorageError> {
+        let (why, detail) = match self.state.load(Ordering::Relaxed) {
+            GRANTED | UNCHECKED => return Ok(()),
+            LACKING => (NotApplied::Permission, self.lacking_words()),
+            // The probe is a read that has not answered yet: nothing is
+            // known to be missing.
+            _ => (
+                NotApplied::ReadFailed,
+                "the permission probe has not answered yet".to_string(),
+            ),
+        };
+        Err(StorageError::Unavailable { why, detail })
+    }
+
+    fn lacking_words(&self) -> String {
+        let lacking = self
+            .lacking
+            .lock()
+            .map_or_else(|_| String::new(), |l| l.clone());
+        format!("the Redis user lacks {lacking}")
+    }
+
+    /// Keeps `verdict` for `node`, logging each change once.
+    pub(super) fn record(&self, verdict: Verdict, node: &str) {
+        let (state, words) = match verdict {
+            Verdict::Granted => (GRANTED, String::new()),
+            Verdict::Unchecked => (UNCHECKED, String::new()),
+            Verdict::Lacking(words) => (LACKING, words),
+        };
+        let Ok(mut lacking) = self.lacking.lock() else {
+            return;
+        };
+        let before = self.state.swap(state, Ordering::Relaxed);
+        if state == LACKING && (before != LACKING || *lacking != words) {
+            tracing::error!(
+                %node,
+                lacking = %words,
+                "the Redis user lacks {words}: writes to this node are refused and \
+                 sticky_routing.v1.StickyRouting is NOT_SERVING until it has them \
+                 (deploy/redis-acl.txt lists what the service needs)"
+            );
+        } else if state == GRANTED && before == LACKING {
+            tracing::info!(%node, "the Redis user has every permission the service needs again");
+        } else if state == UNCHECKED && before != UNCHECKED {
+            tracing::warn!(
+                %node,
+                "this Redis cannot check the service user's permissions (redis.acl_check_cmd \
+                 needs Redis 7): a missing one shows only when a call meets it"
+            );
+        }
+        *lacking = words;
+    }
+}
+
+#[cfg(test)]
+mod tests;
