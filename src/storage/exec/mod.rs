@@ -91,7 +91,9 @@ impl Exec {
                 script.run(&client, key, args, metrics).await
             })
             .await?;
-        decode.reply(&reply)
+        decode
+            .reply(&reply)
+            .inspect_err(|error| self.note_refusal(key, error))
     }
 
     /// Runs `op`, a call of `command`, with a client for `key` (see
@@ -139,7 +141,26 @@ impl Exec {
                 Box::pin(self.on_cluster_key(cluster, command, key, deadline, write, op)).await
             }
         };
-        result.map_err(|error| self.failed(error))
+        result.map_err(|error| {
+            self.note_refusal(key, &error);
+            self.failed(error)
+        })
+    }
+
+    /// A call refused for want of a permission has its node probed at the
+    /// next readiness check (`permissions.rs`).
+    fn note_refusal(&self, key: &str, error: &StorageError) {
+        if !error.is_permission_refusal() {
+            return;
+        }
+        match &self.backend {
+            Backend::Single { guard, .. } => guard.permissions.suspect(),
+            Backend::Cluster(cluster) => {
+                if let Ok(node) = cluster.route(redis_keyslot(key.as_bytes())) {
+                    node.guard.permissions.suspect();
+                }
+            }
+        }
     }
 
     /// Counts a failed call on `/metrics` by its kind, and hands it back.

@@ -1,5 +1,5 @@
-//! The readiness check: a PING and the permission probe to every node that
-//! holds data, at once, so a primary that is down, hung or refusing the
+//! The readiness check: a PING, and the permission probe when it is due,
+//! to every node that holds data, at once, so a primary that is down, hung or refusing the
 //! service's user fails the check however many others answer.
 
 use std::sync::Arc;
@@ -25,7 +25,10 @@ impl Exec {
                 guard,
             } => {
                 let ping = self.call_on(pool, in_flight, deadline, false);
-                let probe = self.call_on(pool, in_flight, deadline, false);
+                let probe = guard
+                    .permissions
+                    .probe_due(Instant::now())
+                    .then(|| self.call_on(pool, in_flight, deadline, false));
                 let (scripts, metrics) = (self.scripts.clone(), self.metrics.clone());
                 node_ready(ping, probe, guard.clone(), scripts, metrics, deadline).await
             }
@@ -50,7 +53,11 @@ impl Exec {
         let mut pings = tokio::task::JoinSet::new();
         for node in nodes {
             let ping = self.call_on(&node.pool, &node.in_flight, deadline, false);
-            let probe = self.call_on(&node.pool, &node.in_flight, deadline, false);
+            let probe = node
+                .guard
+                .permissions
+                .probe_due(Instant::now())
+                .then(|| self.call_on(&node.pool, &node.in_flight, deadline, false));
             let (scripts, metrics) = (self.scripts.clone(), self.metrics.clone());
             let ready = node_ready(ping, probe, node.guard.clone(), scripts, metrics, deadline);
             pings.spawn(async move { ready.await.map_err(|error| on_primary(&node, error)) });
@@ -71,13 +78,13 @@ impl Exec {
     }
 }
 
-/// One node's readiness: a PING and the permission probe, sent at once on
-/// calls made for them. Each failed call is counted on `metrics`; the
+/// One node's readiness: a PING and, when it is due, the permission probe
+/// (`permissions.rs`), sent at once on calls made for them. Each failed call is counted on `metrics`; the
 /// probe's verdict is kept on `guard`, and readiness passes only when the
 /// PING was answered and the last verdict lets every write through.
 async fn node_ready(
     ping: Result<Call, StorageError>,
-    probe: Result<Call, StorageError>,
+    probe: Option<Result<Call, StorageError>>,
     guard: Arc<NodeGuard>,
     scripts: Arc<Scripts>,
     metrics: Arc<Metrics>,
@@ -94,6 +101,9 @@ async fn node_ready(
         .await
     };
     let probed = async {
+        let Some(probe) = probe else {
+            return Ok(None);
+        };
         let call = probe?;
         let reply: Vec<i64> = timed(&metrics, RedisCommand::PermissionProbe, deadline, async {
             scripts
@@ -103,11 +113,12 @@ async fn node_ready(
                 .map_err(|e| call.error(&e))
         })
         .await?;
-        Verdict::of_reply(&reply)
+        Verdict::of_reply(&reply).map(Some)
     };
     let (pinged, probed) = tokio::join!(pinged, probed);
     match probed {
-        Ok(verdict) => guard.permissions.record(verdict, &guard.name()),
+        Ok(None) => {}
+        Ok(Some(verdict)) => guard.permissions.record(verdict, &guard.name()),
         Err(error) => {
             if let Some(verdict) = Verdict::of_failed_probe(&error) {
                 guard.permissions.record(verdict, &guard.name());
