@@ -14,22 +14,34 @@
 //!   names what the user lacks, in ACL words (`+expire on ~sticky_gw_*`).
 //! - While the last probe of a node found something missing, a write to
 //!   that node is refused with nothing sent (`NotApplied::Permission`).
-//! - Each readiness check probes again, so a fixed ACL is seen within one
-//!   check (500 ms), and a permission revoked while the service runs within
-//!   one check too: the writes in between get what Redis says, which is
-//!   UNKNOWN for a script stopped part-way.
+//! - While a node is not known to be fine, each readiness check (500 ms)
+//!   probes it again, so a fixed ACL is seen within one check. Once it is,
+//!   it is probed again at the check after any call there met a refusal
+//!   for want of a permission, and otherwise every [`REPROBE_EVERY`]: so a
+//!   permission revoked while the service runs is seen within one check of
+//!   the first call that meets it. The calls in between get what Redis
+//!   says, which is UNKNOWN for a script stopped part-way.
+//!
+//! Why not probe at every check: the probe is a script call (EVALSHA),
+//! and an operator or a test that counts the service's EVALSHAs per RPC in
+//! `INFO commandstats` would see two more a second per node.
 //!
 //! probe.lua asks `redis.acl_check_cmd` (Redis 7 and later, Valkey), so it
 //! runs none of the commands and writes nothing. A Redis 6 cannot say; the
 //! probe then passes, the log says once that it could not check, and the
 //! scripts' own check is skipped too (they test for `acl_check_cmd`).
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{LazyLock, Mutex};
+use std::time::{Duration, Instant};
 
 use fred::prelude::Value;
 
 use super::error::{NotApplied, StorageError, is_acl_refusal};
+
+/// How often a node whose user had every permission at the last probe is
+/// probed again when no call there met a refusal.
+pub(super) const REPROBE_EVERY: Duration = Duration::from_secs(30);
 
 /// A customer key as the ACL sees it: the family's prefix and a name no
 /// customer key has (a merchant id is never empty). Nothing is written
@@ -182,6 +194,10 @@ pub(crate) struct NodePermissions {
     state: AtomicU8,
     /// What the user lacks, while the state is `LACKING`.
     lacking: Mutex<String>,
+    /// A call met a refusal for want of a permission since the last probe.
+    suspect: AtomicBool,
+    /// When the last verdict was kept.
+    probed_at: Mutex<Option<Instant>>,
 }
 
 impl NodePermissions {
@@ -189,7 +205,29 @@ impl NodePermissions {
         Self {
             state: AtomicU8::new(UNKNOWN),
             lacking: Mutex::new(String::new()),
+            suspect: AtomicBool::new(false),
+            probed_at: Mutex::new(None),
         }
+    }
+
+    /// Whether the readiness check at `now` probes this node: always while
+    /// its permissions are unknown or lacking; after a refusal; and every
+    /// [`REPROBE_EVERY`].
+    pub(super) fn probe_due(&self, now: Instant) -> bool {
+        if !matches!(self.state.load(Ordering::Relaxed), GRANTED | UNCHECKED)
+            || self.suspect.swap(false, Ordering::Relaxed)
+        {
+            return true;
+        }
+        self.probed_at.lock().map_or(true, |at| {
+            at.is_none_or(|at| now.saturating_duration_since(at) >= REPROBE_EVERY)
+        })
+    }
+
+    /// A call to this node was refused for want of a permission: the next
+    /// readiness check probes.
+    pub(super) fn suspect(&self) {
+        self.suspect.store(true, Ordering::Relaxed);
     }
 
     /// A write's refusal, while the last probe found a permission missing;
@@ -233,6 +271,9 @@ impl NodePermissions {
             Verdict::Unchecked => (UNCHECKED, String::new()),
             Verdict::Lacking(words) => (LACKING, words),
         };
+        if let Ok(mut at) = self.probed_at.lock() {
+            *at = Some(Instant::now());
+        }
         let Ok(mut lacking) = self.lacking.lock() else {
             return;
         };

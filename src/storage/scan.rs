@@ -26,13 +26,13 @@ use std::time::Duration;
 
 use fred::clients::Client;
 use fred::interfaces::{ClientLike, EventInterface, HashesInterface};
-use fred::prelude::{Builder, Error, ErrorKind, ReconnectPolicy, Server, Value};
+use fred::prelude::{Error, ErrorKind, Server, Value};
 use fred::types::{ClusterHash, CustomCommand, InfoKind};
 use tokio::sync::{broadcast, mpsc};
 
 use super::error::ConnectError;
 use super::settings::RedisSettings;
-use super::store::{CONNECTION_TIMEOUT, client_config};
+use super::topology::scan_client;
 
 /// Keys asked for per SCAN page, and so hashes per pipeline: large enough
 /// that round trips cost little, small enough that a page stays a small
@@ -95,22 +95,7 @@ impl HashScanner {
     /// within `start_within`. Each page of the scan is then read within
     /// `redis.command_timeout`.
     pub async fn connect(redis: &RedisSettings, start_within: Duration) -> Result<Self, ScanError> {
-        let mut config = client_config(redis)?;
-        // An unreachable Redis is an error now, not a reconnect loop: a
-        // refused connection fails at once, a silent peer once its
-        // handshake has had `CONNECTION_TIMEOUT`.
-        config.fail_fast = true;
-        let client = Builder::from_config(config)
-            .with_connection_config(|c| {
-                c.connection_timeout = CONNECTION_TIMEOUT;
-                c.internal_command_timeout = CONNECTION_TIMEOUT;
-                c.max_command_attempts = 3;
-                c.tcp.nodelay = Some(true);
-            })
-            .with_performance_config(|p| p.default_command_timeout = redis.command_timeout)
-            .set_policy(ReconnectPolicy::new_exponential(3, 100, 2_000, 2))
-            .build()
-            .map_err(ConnectError::Client)?;
+        let client = scan_client(redis)?;
         let connected = async {
             let mut nodes = Vec::new();
             for node in connect_all(&client).await? {

@@ -21,6 +21,7 @@ use fred::types::scripts::Script;
 use fred::types::{ClusterHash, CustomCommand};
 use fred::util::redis_keyslot;
 
+use super::ops::ScriptName;
 use crate::telemetry::{Metrics, RedisCommand};
 
 /// One script, with its SHA computed once at start-up.
@@ -171,6 +172,15 @@ impl Scripts {
 }
 
 impl Scripts {
+    /// The script an encoded op runs.
+    pub(super) fn of(&self, name: ScriptName) -> &LuaScript {
+        match name {
+            ScriptName::RecordSuccess => &self.record_success,
+            ScriptName::RecordFailure => &self.record_failure,
+            ScriptName::Admit => &self.admit,
+        }
+    }
+
     pub fn all(&self) -> [&LuaScript; 4] {
         [
             &self.record_success,

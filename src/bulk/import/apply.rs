@@ -1,53 +1,54 @@
 //! Rows applied in rounds: many rows per Redis round trip, each customer's
-//! rows in file order.
+//! rows in file order. This is the batched driver of the record plan
+//! (`crate::record::plan`), which decides every row's steps exactly as it
+//! does RecordOutcome's.
 //!
 //! A round sends every row it holds at once ([`RedisStore::run_batch`]: one
 //! pipeline per connection, many rows per script call, a customer's rows on
 //! one connection in order). Four rounds run at once, on customers of
 //! different lanes (`lanes.rs`).
 //!
-//! A success for a customer with no hash yet writes nothing and answers
-//! "needs admission"; that row then asks the memory guard and the
-//! merchant's budget, and is written with `create` (two more batched round
-//! trips for all such rows of the round together; one budget call per
-//! merchant asks for all of its new customers, each decided as if alone).
-//! Once a row of a customer is held back this way, or could not run
-//! (NOSCRIPT, a moved slot), the customer's later rows of the round are
-//! held too, for the next round:
-//! they ran against a hash that did not exist yet, so they wrote nothing
-//! (a success without `create` and a failure on an absent hash never
-//! write), and sending them again cannot apply anything twice. A later row
-//! that did write (possible only if someone else created the hash
-//! meanwhile) is kept as applied. With `--no-admission` every success may
-//! create, so a round is one trip.
+//! A row whose plan goes on past its write (a new customer's first
+//! success) takes the plan's next steps with the round's other such rows:
+//! the memory guard, then one budget call per merchant for all of its new
+//! customers (each decided as if alone), then the admitted ones' writes,
+//! two more batched round trips in all. Once a row of a customer is held
+//! back this way, or could not run (NOSCRIPT, a moved slot), the
+//! customer's later rows of the round are held too, for the next round,
+//! where they start their plan again: they ran against a hash that did not
+//! exist yet, so they wrote nothing (a success without `create` and a
+//! failure on an absent hash never write), and sending them again cannot
+//! apply anything twice. A later row that did write (possible only if
+//! someone else created the hash meanwhile) is kept as applied. With
+//! `--no-admission` the plan lets every success create, so a round is one
+//! trip.
 
 use std::collections::{HashMap, HashSet};
 
 use super::rows::Row;
 use super::summary::Tally;
 use crate::domain::Rules;
-use crate::domain::admission::AdmissionRefusal;
-use crate::domain::counts::{Outcome, Recorded};
+use crate::domain::counts::Recorded;
 use crate::domain::import_mark::{FileId, ImportMark};
 use crate::domain::keys::{self, CustomerKey};
-use crate::record::unix_millis;
-use crate::storage::{
-    AdmissionRequest, CallOutcome, RedisStore, ScriptCall, StorageError, SuccessWrite, admitted_of,
-    failure_reply, success_reply,
-};
+use crate::record::plan::{self, Admission, Plan, Step, Write};
+use crate::record::{admitted, not_created, unix_millis};
+use crate::storage::{BatchOutcome, Op, RedisStore, Reply, StorageError, Times};
 
 /// How often one row may fail to run (NOSCRIPT, a moved slot) before the
 /// import gives up: the scripts are loaded again and the slot table
 /// refreshed after each, so more means Redis keeps refusing.
 const MOST_NOT_RUN: u8 = 5;
 
-/// A row in flight: its place among the file's data rows, and its key.
+/// A row in flight: its place among the file's data rows, its key, and
+/// where its plan stands.
 #[derive(Debug)]
 pub struct Pending {
     /// 0-based among the file's data rows (bad and skipped rows included).
     pub index: u64,
     pub row: Row,
     key: CustomerKey,
+    plan: Plan,
     not_run: u8,
 }
 
@@ -56,8 +57,10 @@ impl Pending {
         let key = keys::customer_key(&row.command.merchant, &row.command.customer);
         Self {
             index,
-            row,
             key,
+            // Started again, with the import's admission, at each round.
+            plan: Plan::start(row.command.outcome, Admission::Required),
+            row,
             not_run: 0,
         }
     }
@@ -83,12 +86,11 @@ fn asking_of(group: &[Pending]) -> u32 {
     u32::try_from(group.len()).unwrap_or(u32::MAX)
 }
 
-/// A row's answer from one step.
+/// What became of a row's step.
 #[derive(Clone)]
-enum Step {
-    Done(Recorded),
-    /// A success for a customer with no hash: admission decides.
-    NeedsAdmission,
+enum Fate {
+    /// The plan moved on (to its end, or to its next step).
+    Moved(Plan),
     /// Not run; send again.
     Again,
     /// Redis answered that this row cannot be applied (a foreign value
@@ -99,35 +101,41 @@ enum Step {
 }
 
 impl Applier<'_> {
+    fn admission(&self) -> Admission {
+        if self.no_admission {
+            Admission::Skipped
+        } else {
+            Admission::Required
+        }
+    }
+
     /// Applies `round` (in file order). Finished rows are counted on
     /// `tally` (their problems told to `report`); the rows to send again
     /// come back, in file order. `Err`: Redis failed, the import must stop;
     /// the rows that may not have been applied are in `held` all the same.
     pub async fn apply(
         &self,
-        round: Vec<Pending>,
+        mut round: Vec<Pending>,
         tally: &mut Tally,
         report: &mut dyn FnMut(String),
         held: &mut Vec<Pending>,
     ) -> Result<(), StorageError> {
         let mut fatal = None;
-        let calls = round
-            .iter()
-            .map(|p| self.write_call(p, self.no_admission))
-            .collect();
-        let outcomes = self.store.run_batch(calls).await;
+        for pending in &mut round {
+            pending.plan = Plan::start(pending.row.command.outcome, self.admission());
+        }
+        let fates = self.write_all(&round).await;
         let mut held_customers: HashSet<String> = HashSet::new();
         let mut to_admit = Vec::new();
-        for (pending, outcome) in round.into_iter().zip(outcomes) {
-            let step = step_of(&pending, outcome);
+        for (mut pending, fate) in round.into_iter().zip(fates) {
             if held_customers.contains(pending.key.as_str()) {
-                match step {
-                    Step::Done(
-                        recorded @ (Recorded::Applied { .. } | Recorded::Duplicate { .. }),
-                    ) => {
-                        tally.finish(&pending.row, recorded);
+                match fate {
+                    Fate::Moved(plan) if matches!(plan.step(), Step::Done(recorded) if wrote(recorded)) =>
+                    {
+                        pending.plan = plan;
+                        self.finish(pending, tally, report, held, &mut fatal);
                     }
-                    Step::Lost(error) => {
+                    Fate::Lost(error) => {
                         fatal.get_or_insert(error);
                         held.push(pending);
                     }
@@ -135,11 +143,15 @@ impl Applier<'_> {
                 }
                 continue;
             }
-            match step {
-                Step::Done(recorded) => tally.finish(&pending.row, recorded),
-                Step::NeedsAdmission => {
+            match fate {
+                Fate::Moved(plan) if plan.step() == Step::MemoryGuard => {
                     held_customers.insert(pending.key.as_str().to_owned());
+                    pending.plan = plan;
                     to_admit.push(pending);
+                }
+                Fate::Moved(plan) if matches!(plan.step(), Step::Done(_)) => {
+                    pending.plan = plan;
+                    self.finish(pending, tally, report, held, &mut fatal);
                 }
                 other => {
                     held_customers.insert(pending.key.as_str().to_owned());
@@ -155,30 +167,56 @@ impl Applier<'_> {
         fatal.map_or(Ok(()), Err)
     }
 
-    /// A row that is not finished by this step: sent again, reported, or
-    /// the reason to stop.
-    fn not_done(
+    /// A row whose plan has finished is counted; one that stopped anywhere
+    /// else broke the plan's order.
+    fn finish(
         &self,
-        mut pending: Pending,
-        step: Step,
+        pending: Pending,
         tally: &mut Tally,
         report: &mut dyn FnMut(String),
         held: &mut Vec<Pending>,
         fatal: &mut Option<StorageError>,
     ) {
-        match step {
+        match pending.plan.step() {
             Step::Done(recorded) => tally.finish(&pending.row, recorded),
-            Step::Again if pending.not_run < MOST_NOT_RUN => {
+            _ => self.not_done(
+                pending,
+                Fate::Lost(not_created()),
+                tally,
+                report,
+                held,
+                fatal,
+            ),
+        }
+    }
+
+    /// A row that is not finished by this step: sent again, reported, or
+    /// the reason to stop.
+    fn not_done(
+        &self,
+        mut pending: Pending,
+        fate: Fate,
+        tally: &mut Tally,
+        report: &mut dyn FnMut(String),
+        held: &mut Vec<Pending>,
+        fatal: &mut Option<StorageError>,
+    ) {
+        match fate {
+            Fate::Moved(plan) => {
+                pending.plan = plan;
+                self.finish(pending, tally, report, held, fatal);
+            }
+            Fate::Again if pending.not_run < MOST_NOT_RUN => {
                 pending.not_run += 1;
                 held.push(pending);
             }
-            Step::Again => {
+            Fate::Again => {
                 fatal.get_or_insert(StorageError::Unexpected(
                     "Redis keeps refusing to run the scripts (NOSCRIPT or a moving slot)".into(),
                 ));
                 held.push(pending);
             }
-            Step::Refused(error) => {
+            Fate::Refused(error) => {
                 report(format!(
                     "line {}: not applied: {error} (merchant {})",
                     pending.row.line,
@@ -186,22 +224,16 @@ impl Applier<'_> {
                 ));
                 tally.refused += 1;
             }
-            Step::NeedsAdmission => {
-                fatal.get_or_insert(StorageError::Unexpected(
-                    "record_success did not create the hash".into(),
-                ));
-                held.push(pending);
-            }
-            Step::Lost(error) => {
+            Fate::Lost(error) => {
                 fatal.get_or_insert(error);
                 held.push(pending);
             }
         }
     }
 
-    /// New customers' first successes: the memory guard, then the budget
-    /// (one batch for all), then the admitted ones written with `create`
-    /// (one more batch).
+    /// New customers' first successes, past their first write: the memory
+    /// guard, then the budget (one batch for all), then the admitted ones'
+    /// writes (one more batch).
     async fn admit_and_create(
         &self,
         rows: Vec<Pending>,
@@ -211,14 +243,14 @@ impl Applier<'_> {
         fatal: &mut Option<StorageError>,
     ) {
         let mut asking = Vec::with_capacity(rows.len());
-        for pending in rows {
-            // As RecordOutcome: the guard first, so a refused customer
-            // spends none of the merchant's budget.
-            if self.store.memory_guard_refuses(&pending.key) {
-                let refused = Recorded::NotAdmitted(AdmissionRefusal::MemoryGuard);
-                tally.finish(&pending.row, refused);
-            } else {
+        for mut pending in rows {
+            pending.plan = pending
+                .plan
+                .guarded(self.store.memory_guard_refuses(&pending.key));
+            if pending.plan.step() == Step::Budget {
                 asking.push(pending);
+            } else {
+                self.finish(pending, tally, report, held, fatal);
             }
         }
         // One call per merchant for all of its new customers of the round,
@@ -234,111 +266,117 @@ impl Applier<'_> {
             merchants[at].push(pending);
         }
         let now_ms = unix_millis();
-        let calls = merchants
+        let admission_keys: Vec<_> = merchants
             .iter()
-            .map(|group| {
-                let merchant = &group[0].row.command.merchant;
-                let request = AdmissionRequest {
+            .map(|group| keys::admission_key(&group[0].row.command.merchant))
+            .collect();
+        let ops = merchants
+            .iter()
+            .zip(&admission_keys)
+            .map(|(group, key)| Op::Admit {
+                key,
+                request: plan::admission_request(
+                    self.rules,
+                    &group[0].row.command.merchant,
                     now_ms,
-                    window_ms: self.rules.admission_window_ms(),
-                    budget: self.rules.budgets.for_merchant(merchant),
-                };
-                let key = keys::admission_key(merchant);
-                self.store
-                    .admit_call(key.as_str(), request, asking_of(group))
+                ),
+                asking: asking_of(group),
             })
             .collect();
-        let decisions = self.store.run_batch(calls).await;
-        let mut admitted = Vec::new();
+        let decisions = self.store.run_batch(ops).await;
+        let mut creating = Vec::new();
         for (group, outcome) in merchants.into_iter().zip(decisions) {
-            let (step, first) = match outcome {
-                CallOutcome::Replied(reply) => match admitted_of(&reply, asking_of(&group)) {
-                    Ok(n) => (
-                        Step::Done(Recorded::NotAdmitted(AdmissionRefusal::Budget)),
-                        n,
-                    ),
-                    Err(error) => (Step::Refused(error), 0),
+            let (fate, first) = match outcome {
+                BatchOutcome::Replied(Ok(reply)) => match admitted(reply) {
+                    Ok(n) => (None, n),
+                    Err(error) => (Some(Fate::Lost(error)), 0),
                 },
-                CallOutcome::NotRun => (Step::Again, 0),
-                CallOutcome::Failed(error) => (failed(error), 0),
+                BatchOutcome::Replied(Err(error)) => (Some(Fate::Refused(error)), 0),
+                BatchOutcome::NotRun => (Some(Fate::Again), 0),
+                BatchOutcome::Failed(error) => (Some(failed(error)), 0),
             };
-            let mut group = group.into_iter();
-            admitted.extend(group.by_ref().take(first as usize));
-            for pending in group {
-                self.not_done(pending, step.clone(), tally, report, held, fatal);
+            for (at, mut pending) in group.into_iter().enumerate() {
+                let admitted = u32::try_from(at).is_ok_and(|at| at < first);
+                match &fate {
+                    None => {
+                        pending.plan = pending.plan.admitted(admitted);
+                        if admitted {
+                            creating.push(pending);
+                        } else {
+                            self.finish(pending, tally, report, held, fatal);
+                        }
+                    }
+                    Some(fate) => self.not_done(pending, fate.clone(), tally, report, held, fatal),
+                }
             }
         }
-        if admitted.is_empty() {
+        if creating.is_empty() {
             return;
         }
-        let calls = admitted.iter().map(|p| self.write_call(p, true)).collect();
-        let outcomes = self.store.run_batch(calls).await;
-        for (pending, outcome) in admitted.into_iter().zip(outcomes) {
-            let step = step_of(&pending, outcome);
-            self.not_done(pending, step, tally, report, held, fatal);
+        let fates = self.write_all(&creating).await;
+        for (pending, fate) in creating.into_iter().zip(fates) {
+            self.not_done(pending, fate, tally, report, held, fatal);
         }
     }
 
-    /// The row's write: record_success (creating the hash only if `create`)
-    /// or record_failure, standing for the row's count.
-    fn write_call(&self, pending: &Pending, create: bool) -> ScriptCall {
-        let command = &pending.row.command;
-        let attempt = command.attempt.as_ref().map(|a| a.digest());
-        let ttl_secs = self.rules.key_ttl_secs();
-        let mark = self.file.map(|file| ImportMark {
-            file,
-            row: pending.index,
-        });
-        match command.outcome {
-            Outcome::Success => {
-                let write = SuccessWrite {
-                    field: command.combo.field(),
-                    ttl_secs,
-                    cap: self.rules.max_combos_per_customer,
-                    create,
-                    attempt,
+    /// Each row's write, as its plan's [`Step::Write`] asks, in one batch.
+    async fn write_all(&self, rows: &[Pending]) -> Vec<Fate> {
+        let writes: Vec<Write<'_>> = rows
+            .iter()
+            .map(|p| Write::new(&p.row.command, &p.key, self.rules))
+            .collect();
+        let ops = rows
+            .iter()
+            .zip(&writes)
+            .map(|(pending, write)| {
+                let create = matches!(pending.plan.step(), Step::Write { create: true });
+                let times = Times {
+                    times: pending.row.times,
+                    mark: self.file.map(|file| ImportMark {
+                        file,
+                        row: pending.index,
+                    }),
                 };
-                self.store
-                    .success_call(pending.key.as_str(), write, pending.row.times, mark)
-            }
-            Outcome::GatewayFailure => self.store.failure_call(
-                pending.key.as_str(),
-                command.combo.field(),
-                ttl_secs,
-                attempt,
-                pending.row.times,
-                mark,
-            ),
-        }
+                write.op(create, times)
+            })
+            .collect();
+        let outcomes = self.store.run_batch(ops).await;
+        rows.iter()
+            .zip(outcomes)
+            .map(|(pending, outcome)| match outcome {
+                BatchOutcome::Replied(Ok(reply)) => written(pending.plan, reply),
+                BatchOutcome::Replied(Err(error)) => Fate::Refused(error),
+                BatchOutcome::NotRun => Fate::Again,
+                BatchOutcome::Failed(error) => failed(error),
+            })
+            .collect()
     }
 }
 
-/// A write's outcome as a step of its row.
-fn step_of(pending: &Pending, outcome: CallOutcome) -> Step {
-    match outcome {
-        CallOutcome::Replied(reply) => {
-            let read = match pending.row.command.outcome {
-                Outcome::Success => success_reply(&reply),
-                Outcome::GatewayFailure => failure_reply(&reply).map(Some),
-            };
-            match read {
-                Ok(Some(recorded)) => Step::Done(recorded),
-                Ok(None) => Step::NeedsAdmission,
-                Err(error) => Step::Refused(error),
-            }
-        }
-        CallOutcome::NotRun => Step::Again,
-        CallOutcome::Failed(error) => failed(error),
+/// A write's reply as its row's fate.
+fn written(plan: Plan, reply: Reply) -> Fate {
+    match plan.written(reply) {
+        Ok(plan) => Fate::Moved(plan),
+        Err(_) => Fate::Lost(not_created()),
     }
+}
+
+/// Whether a finished write changed or found the hash (so a held
+/// customer's later row that got it is kept as applied).
+fn wrote(recorded: Recorded) -> bool {
+    matches!(
+        recorded,
+        Recorded::Applied { .. } | Recorded::Duplicate { .. }
+    )
 }
 
 /// A call that failed: a key the service does not own (a value of another
 /// Redis type, a foreign value) is that row's problem, reported and
 /// skipped, the scripts having checked before they wrote; any other error
 /// may have left the call unanswered, and stops the import.
-fn failed(error: StorageError) -> Step {
+fn failed(error: StorageError) -> Fate {
     match error {
-        StorageError::ForeignValue { .. } => Step::Refused(error),
-        other => Step::Lost(other),
+        StorageError::ForeignValue { .. } => Fate::Refused(error),
+        other => Fate::Lost(other),
     }
 }

@@ -174,3 +174,25 @@ fn writes_are_refused_only_while_a_permission_is_known_missing() {
     assert!(node.refusal().is_none());
     assert!(node.readiness().is_ok(), "Redis 6: nothing to wait for");
 }
+
+#[test]
+fn a_node_is_probed_until_known_fine_then_after_a_refusal_or_a_while() {
+    let node = NodePermissions::new();
+    let now = Instant::now();
+    assert!(node.probe_due(now), "not probed yet");
+    node.record(Verdict::Lacking("+expire on ~sticky_gw_*".into()), "n1");
+    assert!(node.probe_due(now), "lacking: every check, to see the fix");
+
+    node.record(Verdict::Granted, "n1");
+    assert!(!node.probe_due(Instant::now()), "fine, and just probed");
+    node.suspect();
+    assert!(node.probe_due(Instant::now()), "a call met a refusal");
+    assert!(!node.probe_due(Instant::now()), "once per refusal");
+    assert!(
+        node.probe_due(Instant::now() + REPROBE_EVERY),
+        "and every while"
+    );
+
+    node.record(Verdict::Unchecked, "n1");
+    assert!(!node.probe_due(Instant::now()), "Redis 6: as fine");
+}

@@ -19,14 +19,18 @@ use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 use tokio_util::task::TaskTracker;
 
+use crate::domain::admission::Decision;
 use crate::domain::admission::{WindowCounters, decide};
+use crate::domain::attempts::AttemptDigest;
 use crate::domain::combo::Combo;
 use crate::domain::counts::{Recorded, after_failure};
 use crate::domain::ids::{Connector, CustomerId, MerchantId, PaymentMethod, PaymentMethodType};
+use crate::domain::import_mark::ImportMark;
 use crate::domain::keys::{self, AdmissionKey, CustomerKey};
 use crate::domain::prune::fields_to_prune;
 use crate::storage::{
-    AdmissionRequest, RedisSettings, RedisStore, Secret, StorageError, SuccessWrite,
+    AdmissionRequest, BatchOutcome, FailureWrite, Op, RedisSettings, RedisStore, Reply, Secret,
+    StorageError, SuccessWrite, Times,
 };
 use crate::telemetry::Metrics;
 
@@ -60,12 +64,106 @@ fn admission_key(merchant: &str) -> AdmissionKey {
     keys::admission_key(&MerchantId::parse(merchant).unwrap())
 }
 
-/// Runs one call as a batch of one; the script's reply.
-fn run_one(h: &Harness, call: crate::storage::ScriptCall) -> Vec<i64> {
-    match h.runtime.block_on(h.store.run_batch(vec![call])).remove(0) {
-        crate::storage::CallOutcome::Replied(reply) => reply,
+/// Runs one op as a batch of one (the batch script, as the import sends
+/// it); its decoded reply.
+fn run_one(h: &Harness, op: Op<'_>) -> Result<Reply, StorageError> {
+    match h.runtime.block_on(h.store.run_batch(vec![op])).remove(0) {
+        BatchOutcome::Replied(reply) => reply,
         other => panic!("the script did not answer: {other:?}"),
     }
+}
+
+/// An import row's success: standing for `times` outcomes, with its mark.
+fn success_op<'a>(
+    key: &'a CustomerKey,
+    write: SuccessWrite<'a>,
+    times: u32,
+    mark: Option<ImportMark>,
+) -> Op<'a> {
+    let times = Times { times, mark };
+    Op::Success { key, write, times }
+}
+
+/// An import row's failure, as [`success_op`].
+fn failure_op<'a>(
+    key: &'a CustomerKey,
+    field: &'a str,
+    ttl_secs: u64,
+    attempt: Option<AttemptDigest>,
+    times: u32,
+    mark: Option<ImportMark>,
+) -> Op<'a> {
+    let write = FailureWrite {
+        field,
+        ttl_secs,
+        attempt,
+    };
+    let times = Times { times, mark };
+    Op::Failure { key, write, times }
+}
+
+/// A write's reply as a count change: `None` for a success that found no
+/// hash and could not create it.
+fn recorded(reply: Reply) -> Option<Recorded> {
+    match reply {
+        Reply::Recorded(recorded) => Some(recorded),
+        Reply::NeedsAdmission => None,
+        other => panic!("a write answered {other:?}"),
+    }
+}
+
+/// An admission's reply as the domain's decision (for one customer).
+fn decision(reply: Reply) -> Decision {
+    match reply {
+        Reply::Admitted { admitted, counters } => Decision {
+            admitted: admitted == 1,
+            counters,
+        },
+        other => panic!("admit answered {other:?}"),
+    }
+}
+
+/// RecordOutcome's success write, one call.
+async fn write_success(
+    store: &RedisStore,
+    key: &CustomerKey,
+    write: SuccessWrite<'_>,
+    deadline: Instant,
+) -> Result<Option<Recorded>, StorageError> {
+    let times = Times::ONE;
+    let reply = store
+        .run(Op::Success { key, write, times }, deadline)
+        .await?;
+    Ok(recorded(reply))
+}
+
+/// RecordOutcome's failure write, one call.
+async fn write_failure(
+    store: &RedisStore,
+    key: &CustomerKey,
+    combo: &Combo,
+    ttl_secs: u64,
+    attempt: Option<AttemptDigest>,
+    deadline: Instant,
+) -> Result<Recorded, StorageError> {
+    let op = failure_op(key, combo.field(), ttl_secs, attempt, 1, None);
+    let reply = store.run(op, deadline).await?;
+    Ok(recorded(reply).expect("a failure always answers"))
+}
+
+/// RecordOutcome's admission of one customer.
+async fn admit(
+    store: &RedisStore,
+    key: &AdmissionKey,
+    request: AdmissionRequest,
+    deadline: Instant,
+) -> Result<Decision, StorageError> {
+    let op = Op::Admit {
+        key,
+        request,
+        asking: 1,
+    };
+    Ok(decision(store.run(op, deadline).await?))
 }
 
 mod attempts;
@@ -182,7 +280,7 @@ fn the_success_script_prunes_as_the_domain_does() {
             };
             let reply = h
                 .runtime
-                .block_on(h.store.write_success(&key, write, deadline()))
+                .block_on(write_success(&h.store, &key, write, deadline()))
                 .unwrap();
 
             let mut after_write: Vec<(String, i64)> = existing.into_iter().collect();
@@ -227,7 +325,7 @@ fn the_failure_script_floors_as_the_domain_does() {
 
             let reply = h
                 .runtime
-                .block_on(h.store.write_failure(&key, &combo, 100, None, deadline()))
+                .block_on(write_failure(&h.store, &key, &combo, 100, None, deadline()))
                 .unwrap();
 
             let effect = after_failure(count);
@@ -279,7 +377,7 @@ fn the_admission_script_decides_as_the_domain_does() {
             };
             let decision = h
                 .runtime
-                .block_on(h.store.admit(&key, request, deadline()))
+                .block_on(admit(&h.store, &key, request, deadline()))
                 .unwrap();
 
             let expected = decide(stored, now, window, budget);
@@ -333,7 +431,7 @@ fn a_call_whose_deadline_has_passed_is_never_sent() {
     };
     let result = h
         .runtime
-        .block_on(h.store.write_success(&key, write, passed));
+        .block_on(write_success(&h.store, &key, write, passed));
     assert!(
         matches!(result, Err(StorageError::DeadlineExceeded)),
         "{result:?}"

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use fred::prelude::{HashesInterface, KeysInterface};
 use proptest::prelude::*;
 
-use super::{Harness, customer_key, deadline, runner};
+use super::{Harness, admit, customer_key, deadline, runner, write_failure, write_success};
 use crate::domain::attempts::{ATTEMPTS_FIELD, AttemptDigest, AttemptId, Remembered};
 use crate::domain::combo::Combo;
 use crate::domain::counts::{FailureEffect, Recorded, after_failure};
@@ -110,12 +110,10 @@ fn run_step(h: &Harness, key: &CustomerKey, step: &Step) -> Result<Recorded, Sto
                 create: true,
                 attempt,
             };
-            let recorded = h.store.write_success(key, write, deadline()).await?;
+            let recorded = write_success(&h.store, key, write, deadline()).await?;
             Ok(recorded.expect("create is set"))
         } else {
-            h.store
-                .write_failure(key, &combo, 100, attempt, deadline())
-                .await
+            write_failure(&h.store, key, &combo, 100, attempt, deadline()).await
         }
     })
 }
@@ -195,7 +193,7 @@ fn the_cap_never_counts_or_prunes_the_attempts() {
         };
         let recorded = h
             .runtime
-            .block_on(h.store.write_success(&key, write, deadline()))
+            .block_on(write_success(&h.store, &key, write, deadline()))
             .unwrap();
         let pruned = u32::from(i == 2);
         assert_eq!(
@@ -234,7 +232,7 @@ fn assert_foreign_value_stops_the_write(h: &Harness, field: &str, value: &[u8], 
     };
     let result = if step.success {
         h.runtime
-            .block_on(h.store.write_success(&key, write, deadline()))
+            .block_on(write_success(&h.store, &key, write, deadline()))
             .map(|r| r.unwrap())
     } else {
         run_step(h, &key, step)
@@ -290,7 +288,9 @@ fn a_foreign_admission_counter_stops_admission_with_nothing_written() {
         window_ms: 1_000,
         budget: 10,
     };
-    let result = h.runtime.block_on(h.store.admit(&key, request, deadline()));
+    let result = h
+        .runtime
+        .block_on(admit(&h.store, &key, request, deadline()));
     assert!(
         matches!(result, Err(StorageError::ForeignValue { .. })),
         "{result:?}"

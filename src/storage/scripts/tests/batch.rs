@@ -7,12 +7,11 @@ use fred::prelude::KeysInterface;
 
 use super::*;
 use crate::domain::attempts::AttemptId;
-use crate::storage::{CallOutcome, ScriptCall, admit_reply, failure_reply, success_reply};
 
 /// One generated call: a success (with its create flag) or a failure on a
 /// customer's combo, or an admission for the merchant.
 #[derive(Debug, Clone)]
-enum Op {
+enum Call {
     Success(Write, bool),
     Failure(Write),
     Admit { budget: u64 },
@@ -46,7 +45,7 @@ impl Write {
     }
 }
 
-fn op() -> impl Strategy<Value = Op> {
+fn call() -> impl Strategy<Value = Call> {
     let write =
         (0u8..4, 0u8..5, proptest::option::of(0u8..4)).prop_map(|(who, field, attempt)| Write {
             who,
@@ -54,9 +53,9 @@ fn op() -> impl Strategy<Value = Op> {
             attempt,
         });
     prop_oneof![
-        (write.clone(), any::<bool>()).prop_map(|(write, create)| Op::Success(write, create)),
-        write.prop_map(Op::Failure),
-        (0u64..6).prop_map(|budget| Op::Admit { budget }),
+        (write.clone(), any::<bool>()).prop_map(|(write, create)| Call::Success(write, create)),
+        write.prop_map(Call::Failure),
+        (0u64..6).prop_map(|budget| Call::Admit { budget }),
     ]
 }
 
@@ -104,25 +103,25 @@ fn request(budget: u64) -> AdmissionRequest {
     }
 }
 
-/// `ops` one by one through the standalone scripts, on merchant `merchant`.
-async fn one_by_one(store: &RedisStore, merchant: &str, ops: &[Op]) -> Vec<Answer> {
+/// `calls` one by one through the standalone scripts, on merchant `merchant`.
+async fn one_by_one(store: &RedisStore, merchant: &str, calls: &[Call]) -> Vec<Answer> {
     let mut answers = Vec::new();
-    for op in ops {
-        answers.push(match *op {
-            Op::Success(write, create) => {
+    for call in calls {
+        answers.push(match *call {
+            Call::Success(write, create) => {
                 let key = write.key(merchant);
-                let written = store.write_success(&key, write.success(create), deadline());
+                let written = write_success(store, &key, write.success(create), deadline());
                 Answer::Written(written.await.unwrap())
             }
-            Op::Failure(write) => {
+            Call::Failure(write) => {
                 let (key, combo) = (write.key(merchant), combo(write.field()));
                 let written =
-                    store.write_failure(&key, &combo, 100, digest(write.attempt), deadline());
+                    write_failure(store, &key, &combo, 100, digest(write.attempt), deadline());
                 Answer::Written(Some(written.await.unwrap()))
             }
-            Op::Admit { budget } => {
+            Call::Admit { budget } => {
                 let key = admission_key(merchant);
-                let decided = store.admit(&key, request(budget), deadline());
+                let decided = admit(store, &key, request(budget), deadline());
                 Answer::Decided(decided.await.unwrap())
             }
         });
@@ -130,41 +129,42 @@ async fn one_by_one(store: &RedisStore, merchant: &str, ops: &[Op]) -> Vec<Answe
     answers
 }
 
-/// `ops` as one batch (many calls per EVALSHA), on merchant `merchant`.
-async fn batched(store: &RedisStore, merchant: &str, ops: &[Op]) -> Vec<Answer> {
-    let calls: Vec<ScriptCall> = ops
+/// `calls` as one batch (many calls per EVALSHA), on merchant `merchant`.
+async fn batched(store: &RedisStore, merchant: &str, calls: &[Call]) -> Vec<Answer> {
+    let customer_keys: Vec<CustomerKey> = calls
         .iter()
-        .map(|op| match *op {
-            Op::Success(write, create) => {
-                store.success_call(write.key(merchant).as_str(), write.success(create), 1, None)
-            }
-            Op::Failure(write) => {
-                let key = write.key(merchant);
-                store.failure_call(
-                    key.as_str(),
-                    write.field(),
-                    100,
-                    digest(write.attempt),
-                    1,
-                    None,
-                )
-            }
-            Op::Admit { budget } => {
-                store.admit_call(admission_key(merchant).as_str(), request(budget), 1)
-            }
+        .map(|call| match *call {
+            Call::Success(write, _) | Call::Failure(write) => write.key(merchant),
+            Call::Admit { .. } => customer_key(merchant, "unused"),
         })
         .collect();
-    let outcomes = store.run_batch(calls).await;
-    ops.iter()
+    let merchant_key = admission_key(merchant);
+    let ops = calls
+        .iter()
+        .zip(&customer_keys)
+        .map(|(call, key)| match *call {
+            Call::Success(write, create) => success_op(key, write.success(create), 1, None),
+            Call::Failure(write) => {
+                failure_op(key, write.field(), 100, digest(write.attempt), 1, None)
+            }
+            Call::Admit { budget } => Op::Admit {
+                key: &merchant_key,
+                request: request(budget),
+                asking: 1,
+            },
+        })
+        .collect();
+    let outcomes = store.run_batch(ops).await;
+    calls
+        .iter()
         .zip(outcomes)
-        .map(|(op, outcome)| {
-            let CallOutcome::Replied(reply) = outcome else {
+        .map(|(call, outcome)| {
+            let BatchOutcome::Replied(Ok(reply)) = outcome else {
                 panic!("a batched call did not answer: {outcome:?}");
             };
-            match op {
-                Op::Success(..) => Answer::Written(success_reply(&reply).unwrap()),
-                Op::Failure(_) => Answer::Written(Some(failure_reply(&reply).unwrap())),
-                Op::Admit { .. } => Answer::Decided(admit_reply(&reply).unwrap()),
+            match call {
+                Call::Success(..) | Call::Failure(_) => Answer::Written(recorded(reply)),
+                Call::Admit { .. } => Answer::Decided(decision(reply)),
             }
         })
         .collect()
@@ -179,7 +179,7 @@ fn a_batch_answers_and_writes_as_the_same_calls_one_by_one() {
     });
     let case = std::sync::atomic::AtomicU32::new(0);
     // Past the calls one script takes, so chunks and their order count too.
-    let ops = proptest::collection::vec(op(), 1..200);
+    let ops = proptest::collection::vec(call(), 1..200);
     runner()
         .run(&ops, |ops| {
             let case = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -232,22 +232,28 @@ fn a_failing_call_stops_only_itself() {
         attempt: None,
     }
     .success(true);
-    let calls = vec![
-        h.store.success_call(before.as_str(), write, 1, None),
-        h.store.success_call(foreign.as_str(), write, 1, None),
-        h.store.success_call(after.as_str(), write, 2, None),
+    let ops = vec![
+        success_op(&before, write, 1, None),
+        success_op(&foreign, write, 1, None),
+        success_op(&after, write, 2, None),
     ];
-    let outcomes = h.runtime.block_on(h.store.run_batch(calls));
+    let outcomes = h.runtime.block_on(h.store.run_batch(ops));
+    let applied = |n| {
+        Reply::Recorded(Recorded::Applied {
+            net_count: n,
+            pruned: 0,
+        })
+    };
     assert!(
-        matches!(&outcomes[0], CallOutcome::Replied(reply) if reply[..2] == [1, 1]),
+        matches!(&outcomes[0], BatchOutcome::Replied(Ok(reply)) if *reply == applied(1)),
         "{outcomes:?}"
     );
     match &outcomes[1] {
-        CallOutcome::Failed(error) => assert!(error.to_string().contains("WRONGTYPE"), "{error}"),
+        BatchOutcome::Failed(error) => assert!(error.to_string().contains("WRONGTYPE"), "{error}"),
         other => panic!("the call on a string key answered {other:?}"),
     }
     assert!(
-        matches!(&outcomes[2], CallOutcome::Replied(reply) if reply[..2] == [1, 2]),
+        matches!(&outcomes[2], BatchOutcome::Replied(Ok(reply)) if *reply == applied(2)),
         "{outcomes:?}"
     );
     assert_eq!(h.hash(&after)[FIELDS[0]], 2);
@@ -258,8 +264,8 @@ fn a_forgotten_batch_script_is_not_run_and_loaded_again() {
     let h = Harness::new();
     let key = customer_key("m", "noscript");
     let call = || {
-        h.store.success_call(
-            key.as_str(),
+        success_op(
+            &key,
             Write {
                 who: 0,
                 field: 0,
@@ -272,11 +278,16 @@ fn a_forgotten_batch_script_is_not_run_and_loaded_again() {
     };
     // Never loaded: NOSCRIPT, so nothing ran, and the batch loads it.
     let first = h.runtime.block_on(h.store.run_batch(vec![call()]));
-    assert!(matches!(first[..], [CallOutcome::NotRun]), "{first:?}");
+    assert!(matches!(first[..], [BatchOutcome::NotRun]), "{first:?}");
     assert!(h.hash(&key).is_empty());
     let again = h.runtime.block_on(h.store.run_batch(vec![call()]));
     assert!(
-        matches!(&again[..], [CallOutcome::Replied(r)] if r[..2] == [1, 1]),
+        matches!(
+            &again[..],
+            [BatchOutcome::Replied(Ok(Reply::Recorded(
+                Recorded::Applied { net_count: 1, .. }
+            )))]
+        ),
         "{again:?}"
     );
 }

@@ -5,7 +5,6 @@
 
 use super::*;
 use crate::domain::attempts::AttemptId;
-use crate::storage::{admitted_of, failure_reply, success_reply};
 
 #[test]
 fn a_count_moves_the_stored_count_by_that_much_and_floors_at_deletion() {
@@ -27,12 +26,11 @@ fn a_count_moves_the_stored_count_by_that_much_and_floors_at_deletion() {
                 create: true,
                 attempt: None,
             };
-            let call = h.store.success_call(key.as_str(), write, times, None);
-            let outcome = run_one(&h, call);
-            let recorded = success_reply(&outcome).unwrap();
+            let call = success_op(&key, write, times, None);
+            let written = recorded(run_one(&h, call).unwrap());
             let added = start + i64::from(times);
             assert_eq!(
-                recorded,
+                written,
                 Some(Recorded::Applied {
                     net_count: added,
                     pruned: 0
@@ -40,13 +38,11 @@ fn a_count_moves_the_stored_count_by_that_much_and_floors_at_deletion() {
             );
             assert_eq!(h.hash(&key)[field], added);
 
-            let call = h
-                .store
-                .failure_call(key.as_str(), field, 100, None, times + 1, None);
-            let outcome = run_one(&h, call);
+            let call = failure_op(&key, field, 100, None, times + 1, None);
+            let outcome = recorded(run_one(&h, call).unwrap());
             let left = (added - i64::from(times + 1)).max(0);
             assert_eq!(
-                failure_reply(&outcome).unwrap(),
+                outcome.unwrap(),
                 Recorded::Applied {
                     net_count: left,
                     pruned: 0
@@ -72,27 +68,20 @@ fn a_counted_row_with_an_attempt_is_one_attempt() {
         create: true,
         attempt,
     };
-    let first = run_one(&h, h.store.success_call(key.as_str(), write, 4, None));
+    let first = run_one(&h, success_op(&key, write, 4, None)).unwrap();
     assert_eq!(
-        success_reply(&first).unwrap(),
+        recorded(first),
         Some(Recorded::Applied {
             net_count: 4,
             pruned: 0
         })
     );
-    let again = run_one(&h, h.store.success_call(key.as_str(), write, 4, None));
+    let again = run_one(&h, success_op(&key, write, 4, None)).unwrap();
+    assert_eq!(recorded(again), Some(Recorded::Duplicate { net_count: 4 }));
+    let failure = run_one(&h, failure_op(&key, field, 100, attempt, 2, None)).unwrap();
     assert_eq!(
-        success_reply(&again).unwrap(),
+        recorded(failure),
         Some(Recorded::Duplicate { net_count: 4 })
-    );
-    let failure = run_one(
-        &h,
-        h.store
-            .failure_call(key.as_str(), field, 100, attempt, 2, None),
-    );
-    assert_eq!(
-        failure_reply(&failure).unwrap(),
-        Recorded::Duplicate { net_count: 4 }
     );
     // raw: the attempts field beside it is binary.
     assert_eq!(h.raw(&key)[field], b"4".to_vec());
@@ -131,12 +120,21 @@ fn asking_admission_for_n_at_once_is_n_asks_one_after_the_other() {
             for _ in 0..asking {
                 let decision = h
                     .runtime
-                    .block_on(h.store.admit(&alone, request, deadline()))
+                    .block_on(admit(&h.store, &alone, request, deadline()))
                     .unwrap();
                 one_by_one += u32::from(decision.admitted);
             }
-            let call = h.store.admit_call(together.as_str(), request, asking);
-            let at_once = admitted_of(&run_one(&h, call), asking).unwrap();
+            let call = Op::Admit {
+                key: &together,
+                request,
+                asking,
+            };
+            let Reply::Admitted {
+                admitted: at_once, ..
+            } = run_one(&h, call).unwrap()
+            else {
+                panic!("admit answered as a write");
+            };
             prop_assert_eq!(at_once, one_by_one);
             prop_assert_eq!(h.hash(&together), h.hash(&alone));
             Ok(())

@@ -8,10 +8,9 @@
 //! disconnected (so every `fail_fast` call, on any shard, is refused with
 //! "Connection closed unexpectedly"), and sleeps out its backoff without
 //! writing a command to any other socket (calls already queued wait out
-//! their timeout). Until the promotion, and a second after it, every shard
-//! was unavailable: in the Cluster failover test about two thirds of the
-//! ~5,000 failed calls were for keys on the two healthy shards. With a pool
-//! per primary, none are (docs/operations.md, "Failover under load").
+//! their timeout). So until the promotion every shard would be unavailable,
+//! not only the failed one. With a pool per primary, calls for keys on the
+//! healthy shards go on (docs/operations.md, "Failover under load").
 //!
 //! Here the service keeps the slot table itself. Each primary gets its own
 //! centralized fred pool, with its own router tasks, reconnection and
@@ -38,7 +37,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use fred::clients::{Client, Pool};
-use fred::interfaces::{ClientLike, EventInterface};
+use fred::interfaces::ClientLike;
 use fred::prelude::{Config, Error, ErrorKind, Options, Value};
 use fred::types::cluster::ClusterRouting;
 use fred::types::config::{Server, ServerConfig};
@@ -47,8 +46,9 @@ use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::memory_watch::NodeGuard;
-use super::settings::RedisSettings;
+use super::super::settings::RedisSettings;
+use super::connect::{discovery_client, in_flight_limit, spawn_until_stopped, start_pool};
+use super::guard::NodeGuard;
 
 /// Redis Cluster's hash slots.
 const SLOTS: usize = 16_384;
@@ -133,7 +133,7 @@ impl Cluster {
             tasks: tasks.clone(),
             stop: stop.clone(),
         });
-        super::spawn_until_stopped(tasks, stop, cluster.clone().follow_topology());
+        spawn_until_stopped(tasks, stop, cluster.clone().follow_topology());
         cluster
     }
 
@@ -273,14 +273,7 @@ impl Cluster {
 
     /// Asks one of the URL's nodes on a short-lived connection of its own.
     async fn ask_seed(&self, seed: &Server) -> Result<ClusterRouting, Error> {
-        let mut config = self.node_config(seed);
-        config.fail_fast = true;
-        let client = fred::prelude::Builder::from_config(config)
-            .with_connection_config(|c| {
-                c.connection_timeout = Duration::from_secs(2);
-                c.internal_command_timeout = Duration::from_secs(2);
-            })
-            .build()?;
+        let client = discovery_client(self.node_config(seed))?;
         let connected = tokio::time::timeout(Duration::from_secs(3), client.init()).await;
         let result = match connected {
             Ok(Ok(_)) => cluster_slots(&client, seed, Duration::from_secs(2)).await,
@@ -372,17 +365,12 @@ impl Cluster {
 
     /// A connected-in-the-background pool for one primary.
     fn start_node(&self, server: &Server) -> Result<Arc<Node>, Error> {
-        let pool = super::store::build_pool(self.node_config(server), &self.redis)?;
-        for client in pool.clients() {
-            let errors =
-                super::store::report_connection_errors(client.error_rx(), self.problem.clone());
-            super::spawn_until_stopped(&self.tasks, &self.stop, errors);
-        }
-        drop(pool.connect_pool());
+        let config = self.node_config(server);
+        let pool = start_pool(config, &self.redis, &self.problem, &self.tasks, &self.stop)?;
         Ok(Arc::new(Node {
             server: server.clone(),
             pool,
-            in_flight: super::store::in_flight_limit(&self.redis),
+            in_flight: in_flight_limit(&self.redis),
             guard: Arc::new(NodeGuard::new(&server.to_string())),
         }))
     }

@@ -1,17 +1,16 @@
-//! Script calls as values, and many of them sent at once (bulk import).
+//! Many ops sent at once (bulk import).
 //!
-//! The write and admission scripts' arguments and replies are built and read
-//! here, for RecordOutcome's one call at a time and for the import's batches
-//! alike, so both speak to the scripts the same way. A batch goes out as one
-//! pipeline per connection: calls on one key always share a connection and
-//! keep their order, calls on different keys spread over the pool (on
-//! Cluster, over each key's primary), so thousands of rows cost one round
-//! trip. Inside a pipeline the calls travel [`CALLS_PER_SCRIPT`] at a time
-//! in one EVALSHA of `scripts/batch.lua`, which runs the same three scripts
-//! call by call: one EVALSHA per row cost fred a socket write and flush per
-//! row (it flushes after every script command, even in a pipeline) and
-//! Redis a command dispatch per row, and that, not the scripts, was most of
-//! an import's time (bench/README.md, "Import").
+//! A batch goes out as one pipeline per connection: calls on one key always
+//! share a connection and keep their order, calls on different keys spread
+//! over the pool (on Cluster, over each key's primary), so thousands of rows
+//! cost one round trip. Inside a pipeline the calls travel
+//! [`CALLS_PER_SCRIPT`] at a time in one EVALSHA of `scripts/batch.lua`,
+//! which runs the same three scripts call by call: fred writes and flushes
+//! the socket after every script command, even in a pipeline, and Redis
+//! dispatches each command, so one EVALSHA per row would make those costs,
+//! not the scripts, most of an import's time (bench/README.md, "Import").
+//! The ops are encoded and their replies decoded by `ops.rs`, as for one
+//! call at a time.
 
 use std::collections::HashMap;
 
@@ -22,37 +21,20 @@ use fred::types::scripts::Script;
 use fred::types::{ClusterHash, CustomCommand};
 use fred::util::redis_keyslot;
 
+use super::super::error::{CallKind, NoAnswer, NotApplied, StorageError, is_acl_refusal};
+use super::super::ops::{Decode, Op, Reply, ScriptCall};
+use super::super::scripts::batch_body;
+use super::super::topology::Backend;
+use super::Exec;
 use super::chunks::chunks;
-use super::error::{CallKind, NoAnswer, NotApplied, StorageError, is_acl_refusal};
-use super::scripts::batch_body;
-use super::store::{Backend, RedisStore};
-use crate::domain::admission::{Decision, WindowCounters};
-use crate::domain::attempts::AttemptDigest;
-use crate::domain::counts::Recorded;
-use crate::domain::import_mark::ImportMark;
-use crate::storage::{AdmissionRequest, SuccessWrite};
 
-/// Which script a batched call runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ScriptName {
-    RecordSuccess,
-    RecordFailure,
-    Admit,
-}
-
-/// One script call of a batch: the key it touches, and its arguments.
-#[derive(Debug, Clone)]
-pub(crate) struct ScriptCall {
-    pub script: ScriptName,
-    pub key: String,
-    pub args: Vec<Value>,
-}
-
-/// What became of one call of a batch.
+/// What became of one op of a batch.
 #[derive(Debug)]
-pub(crate) enum CallOutcome {
-    /// The script ran and replied with these integers.
-    Replied(Vec<i64>),
+pub(crate) enum BatchOutcome {
+    /// The script ran: its reply, or why it cannot be read as the op's
+    /// (a foreign value under the key, a missing permission); in both
+    /// cases the script wrote nothing.
+    Replied(Result<Reply, StorageError>),
     /// The script did not run, and may be sent again: Redis had forgotten
     /// it (NOSCRIPT; it is loaded again before this is returned), or on
     /// Cluster the slot moved (MOVED, ASK, TRYAGAIN).
@@ -61,19 +43,29 @@ pub(crate) enum CallOutcome {
     Failed(StorageError),
 }
 
-impl RedisStore {
+/// One call's fate inside the pipeline, before its reply is decoded.
+#[derive(Debug)]
+enum CallOutcome {
+    Replied(Vec<i64>),
+    NotRun,
+    Failed(StorageError),
+}
+
+impl Exec {
     /// Sends `calls` in one pipeline per connection and waits for every
     /// reply. Calls on the same key go, in the given order, on the same
     /// connection, so Redis runs them in that order. The answer has one
     /// outcome per call, in the same order.
-    pub(crate) async fn run_batch(&self, calls: Vec<ScriptCall>) -> Vec<CallOutcome> {
-        let total = calls.len();
+    pub async fn run_batch(&self, ops: Vec<Op<'_>>) -> Vec<BatchOutcome> {
+        let total = ops.len();
         if let Err(error) = self.check_fence() {
-            return calls
+            return ops
                 .iter()
-                .map(|_| CallOutcome::Failed(error.clone()))
+                .map(|_| BatchOutcome::Failed(error.clone()))
                 .collect();
         }
+        let calls: Vec<ScriptCall> = ops.iter().map(Op::encode).collect();
+        let decodes: Vec<Decode> = calls.iter().map(|call| call.decode).collect();
         let mut outcomes: Vec<Option<CallOutcome>> = (0..total).map(|_| None).collect();
         let mut groups: HashMap<String, (Client, Vec<(usize, ScriptCall)>)> = HashMap::new();
         for (index, call) in calls.into_iter().enumerate() {
@@ -138,60 +130,14 @@ impl RedisStore {
         }
         outcomes
             .into_iter()
-            .map(|o| o.unwrap_or_else(|| CallOutcome::Failed(no_connection())))
+            .zip(decodes)
+            .map(|(outcome, decode)| match outcome {
+                Some(CallOutcome::Replied(reply)) => BatchOutcome::Replied(decode.reply(&reply)),
+                Some(CallOutcome::NotRun) => BatchOutcome::NotRun,
+                Some(CallOutcome::Failed(error)) => BatchOutcome::Failed(error),
+                None => BatchOutcome::Failed(no_connection()),
+            })
             .collect()
-    }
-
-    /// An import row's success: standing for `times` outcomes, checked
-    /// against and moving the hash's import mark when `mark` is given.
-    pub(crate) fn success_call(
-        &self,
-        key: &str,
-        write: SuccessWrite<'_>,
-        times: u32,
-        mark: Option<ImportMark>,
-    ) -> ScriptCall {
-        let mut args = success_args(write, Some(times));
-        args.extend(mark.map(mark_arg));
-        ScriptCall {
-            script: ScriptName::RecordSuccess,
-            key: key.to_owned(),
-            args,
-        }
-    }
-
-    /// An import row's failure; `times` and `mark` as in
-    /// [`Self::success_call`].
-    pub(crate) fn failure_call(
-        &self,
-        key: &str,
-        field: &str,
-        ttl_secs: u64,
-        attempt: Option<AttemptDigest>,
-        times: u32,
-        mark: Option<ImportMark>,
-    ) -> ScriptCall {
-        let mut args = failure_args(field, ttl_secs, attempt, Some(times));
-        args.extend(mark.map(mark_arg));
-        ScriptCall {
-            script: ScriptName::RecordFailure,
-            key: key.to_owned(),
-            args,
-        }
-    }
-
-    /// `asking` new customers of one merchant, in one call.
-    pub(crate) fn admit_call(
-        &self,
-        key: &str,
-        request: AdmissionRequest,
-        asking: u32,
-    ) -> ScriptCall {
-        ScriptCall {
-            script: ScriptName::Admit,
-            key: key.to_owned(),
-            args: admit_args(request, Some(asking)),
-        }
     }
 }
 
@@ -280,11 +226,7 @@ fn script_line(script: &str, chunk: Vec<(usize, ScriptCall)>) -> (Vec<usize>, Ve
     for (index, call) in chunk {
         indices.push(index);
         line.push(Value::from(call.key));
-        arguments.push(Value::from_static_str(match call.script {
-            ScriptName::RecordSuccess => "s",
-            ScriptName::RecordFailure => "f",
-            ScriptName::Admit => "a",
-        }));
+        arguments.push(Value::from_static_str(call.script.batch_letter()));
         arguments.push(Value::from(call.args.len() as i64));
         arguments.extend(call.args);
     }
@@ -372,151 +314,4 @@ fn not_run(error: &Error) -> bool {
             && ["MOVED", "ASK", "TRYAGAIN"]
                 .iter()
                 .any(|w| details.starts_with(w)))
-}
-
-/// record_success.lua's arguments. `times` (bulk import) is sent only when
-/// given: RecordOutcome's call stays exactly what it was.
-pub(super) fn success_args(write: SuccessWrite<'_>, times: Option<u32>) -> Vec<Value> {
-    let mut args = vec![
-        Value::from(write.field),
-        Value::from(write.ttl_secs.to_string()),
-        Value::from(write.cap.to_string()),
-        Value::from(if write.create { "1" } else { "0" }),
-        attempt_arg(write.attempt),
-    ];
-    args.extend(times.map(|n| Value::from(n.to_string())));
-    args
-}
-
-/// record_failure.lua's arguments; `times` as in [`success_args`].
-pub(super) fn failure_args(
-    field: &str,
-    ttl_secs: u64,
-    attempt: Option<AttemptDigest>,
-    times: Option<u32>,
-) -> Vec<Value> {
-    let mut args = vec![
-        Value::from(field),
-        Value::from(ttl_secs.to_string()),
-        attempt_arg(attempt),
-    ];
-    args.extend(times.map(|n| Value::from(n.to_string())));
-    args
-}
-
-/// admit.lua's arguments. `asking` (bulk import: that many new customers
-/// of the merchant at once) is sent only when given, as `times` is for the
-/// writes.
-pub(super) fn admit_args(request: AdmissionRequest, asking: Option<u32>) -> Vec<Value> {
-    let mut args = vec![
-        Value::from(request.now_ms.to_string()),
-        Value::from(request.window_ms.to_string()),
-        Value::from(request.budget.to_string()),
-    ];
-    args.extend(asking.map(|n| Value::from(n.to_string())));
-    args
-}
-
-/// record_success.lua's reply. `None`: the hash is absent and the call did
-/// not allow creating it, so nothing was written.
-pub(crate) fn success_reply(reply: &[i64]) -> Result<Option<Recorded>, StorageError> {
-    match *reply {
-        [0, _, _] => Ok(None),
-        [1, net_count, pruned] => Ok(Some(Recorded::Applied {
-            net_count,
-            pruned: u32::try_from(pruned).unwrap_or(u32::MAX),
-        })),
-        [2, net_count, _] => Ok(Some(Recorded::Duplicate { net_count })),
-        [-1, _, _] => Err(foreign_value("the customer's hash")),
-        [-2, _, _] => Err(no_ttl_permission("EXPIRE")),
-        _ => Err(StorageError::Unexpected(format!(
-            "record_success replied {reply:?}"
-        ))),
-    }
-}
-
-/// record_failure.lua's reply.
-pub(crate) fn failure_reply(reply: &[i64]) -> Result<Recorded, StorageError> {
-    match *reply {
-        [0, _] => Ok(Recorded::IgnoredNoHabit),
-        [1, net_count] => Ok(Recorded::Applied {
-            net_count,
-            pruned: 0,
-        }),
-        [2, net_count] => Ok(Recorded::Duplicate { net_count }),
-        [-1, _] => Err(foreign_value("the customer's hash")),
-        _ => Err(StorageError::Unexpected(format!(
-            "record_failure replied {reply:?}"
-        ))),
-    }
-}
-
-/// admit.lua's reply to `asking` customers at once: how many of them, the
-/// first ones, were admitted.
-pub(crate) fn admitted_of(reply: &[i64], asking: u32) -> Result<u32, StorageError> {
-    match *reply {
-        [admitted, _, current, previous]
-            if (0..=i64::from(asking)).contains(&admitted) && current >= 0 && previous >= 0 =>
-        {
-            Ok(u32::try_from(admitted).unwrap_or(asking))
-        }
-        [-1, ..] => Err(foreign_value("the merchant's admission key")),
-        [-2, ..] => Err(no_ttl_permission("PEXPIRE")),
-        _ => Err(StorageError::Unexpected(format!(
-            "admit replied {reply:?} to {asking} customers"
-        ))),
-    }
-}
-
-/// admit.lua's reply.
-pub(crate) fn admit_reply(reply: &[i64]) -> Result<Decision, StorageError> {
-    match *reply {
-        [admitted @ (0 | 1), window, current, previous] if current >= 0 && previous >= 0 => {
-            Ok(Decision {
-                admitted: admitted == 1,
-                counters: WindowCounters {
-                    window,
-                    current: current as u64,
-                    previous: previous as u64,
-                },
-            })
-        }
-        [-1, ..] => Err(foreign_value("the merchant's admission key")),
-        [-2, ..] => Err(no_ttl_permission("PEXPIRE")),
-        _ => Err(StorageError::Unexpected(format!("admit replied {reply:?}"))),
-    }
-}
-
-/// The write scripts' last argument for an import row: its mark, after
-/// `times` (so only the import's calls, which always send `times`, have it).
-fn mark_arg(mark: ImportMark) -> Value {
-    Value::Bytes(mark.encode().into())
-}
-
-/// The script argument for an optional attempt: its digest, or empty.
-fn attempt_arg(attempt: Option<AttemptDigest>) -> Value {
-    attempt.map_or_else(
-        || Value::from(""),
-        |digest| Value::Bytes(digest.0.to_vec().into()),
-    )
-}
-
-fn foreign_value(key_kind: &'static str) -> StorageError {
-    StorageError::ForeignValue {
-        key_kind,
-        detail: "a stored value is not a whole number, or not a valid attempts list".into(),
-    }
-}
-
-/// A script's refusal to create a key that the service's Redis user could
-/// not give a TTL: `command` is the one the user may not run.
-fn no_ttl_permission(command: &str) -> StorageError {
-    StorageError::Unavailable {
-        why: NotApplied::Permission,
-        detail: format!(
-            "the Redis user may not run {command} on this key (needs +{}), so the script \
-             created nothing",
-            command.to_ascii_lowercase()
-        ),
-    }
 }

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use fred::util::redis_keyslot;
 
-use super::batch::ScriptCall;
+use super::super::ops::ScriptCall;
 
 /// The calls of one script call, in order, each with its index in the
 /// batch.
@@ -100,13 +100,14 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::storage::batch::ScriptName;
+    use crate::storage::ops::{Decode, ScriptName};
 
     fn call(key: u8) -> ScriptCall {
         ScriptCall {
             script: ScriptName::RecordFailure,
             key: format!("k{key}"),
             args: Vec::new(),
+            decode: Decode::Failure,
         }
     }
 

@@ -25,11 +25,13 @@ use std::time::{Duration, Instant};
 
 use fred::clients::{Client, Pool, SubscriberClient};
 use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
-use fred::prelude::{Builder, Config, Error, Options, ReconnectPolicy};
+use fred::prelude::{Config, Error, Options};
 use fred::types::config::{Server, ServerConfig};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+
+use super::connect::{sentinel_builder, spawn_until_stopped};
 
 /// How often Sentinel is asked for the primary.
 const INTERVAL: Duration = Duration::from_millis(500);
@@ -138,9 +140,7 @@ pub fn spawn(
         sentinel.username.clone_from(username);
         sentinel.password.clone_from(password);
         sentinel.fail_fast = true;
-        let mut builder = Builder::from_config(sentinel);
-        builder.set_policy(ReconnectPolicy::new_constant(0, 1_000));
-        builder
+        sentinel_builder(sentinel)
     };
     let fence = Arc::new(WriteFence::new());
     let check_now = Arc::new(Notify::new());
@@ -159,7 +159,7 @@ pub fn spawn(
             fence.clone(),
             check_now.clone(),
         );
-        super::spawn_until_stopped(tasks, stop, events);
+        spawn_until_stopped(tasks, stop, events);
     }
     let follow = follow(
         queries.clone(),
@@ -168,7 +168,7 @@ pub fn spawn(
         fence.clone(),
         check_now,
     );
-    super::spawn_until_stopped(tasks, stop, follow);
+    spawn_until_stopped(tasks, stop, follow);
     Ok(Some(SentinelWatch {
         fence,
         queries,

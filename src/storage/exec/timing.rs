@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use tracing::Instrument as _;
 
-use super::error::StorageError;
+use super::super::error::StorageError;
 use crate::telemetry::{Metrics, RedisCommand, traces};
 
 /// Runs `call`, one Redis call of `command` already handed to the Redis

@@ -1,49 +1,23 @@
-//! The memory guard's watch: polls each Redis node's `INFO memory` about
-//! once a second and keeps, per node, whether new customers are refused
-//! there (the rule itself is `domain::memory_guard`).
-//!
-//! No call waits for a poll: a call reads its node's [`NodeGuard`], one
-//! atomic load, and the poll runs on its own task. Until a node's first
-//! successful poll it admits; when a poll fails (no answer, no connection),
-//! the node keeps the state its last successful poll left, since a node that
-//! does not answer cannot be filled by new customers anyway.
-//!
-//! Polls go out at most once per [`POLL_INTERVAL`] per node, each bounded by
-//! that same interval, and every node is polled at once: a hung node delays
-//! no other node's poll. So a node's state lags its `used_memory` by about a
-//! second at most, well inside the 3 s the contract allows.
-//!
-//! The same poll is each node's reachability probe (`sticky_routing_redis_up`):
-//! the watch polls whatever the limit says (100 %, or a node without
-//! `maxmemory`, still polls), so no second probe is needed and none adds a
-//! round trip. A node is reachable when it answered its last poll, and
-//! unreachable when the poll failed or its connection is down. Nothing is
-//! claimed before the first poll: a node whose pool is still making its
-//! first connection, within [`CONNECT_GRACE`] of the pool's start, is not
-//! yet called unreachable, so a pod that just started does not show a
-//! healthy Redis as down for its first second.
+//! One node's state as the storage layer's background checks last found
+//! it, read by every call with atomic loads: whether the memory guard
+//! refuses new customers there (written by `memory_watch.rs`), whether the
+//! node answers, and whether the service's Redis user may do all it needs
+//! there (`permissions.rs`, written by the readiness check).
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fred::clients::{Client, Pool};
-use fred::interfaces::ClientLike;
-use fred::prelude::{Error, ErrorKind, Options};
-use fred::types::InfoKind;
-use tokio::time::MissedTickBehavior;
+use fred::prelude::{Error, ErrorKind};
 
-use super::cluster::Cluster;
-use super::permissions::NodePermissions;
+use super::super::permissions::NodePermissions;
+use super::connect::CONNECTION_TIMEOUT;
 use crate::domain::memory_guard::{GuardReading, MemoryLimit, NodeMemory, Verdict};
-
-/// How often each node is polled, and the longest one poll may take.
-pub(super) const POLL_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How long a new pool may take to connect before its node counts as
 /// unreachable: the pools' connection timeout, so by then at least one
 /// attempt has failed.
-pub(super) const CONNECT_GRACE: Duration = super::store::CONNECTION_TIMEOUT;
+pub(super) const CONNECT_GRACE: Duration = CONNECTION_TIMEOUT;
 
 /// Not known: the value of a number no poll has reported yet.
 const UNKNOWN: u64 = u64::MAX;
@@ -73,7 +47,7 @@ pub(crate) struct NodeGuard {
     started: Instant,
     /// Whether the service's Redis user may do all it needs on this node,
     /// as the readiness check's probe last found (`permissions.rs`).
-    pub(super) permissions: NodePermissions,
+    pub(in crate::storage) permissions: NodePermissions,
 }
 
 impl NodeGuard {
@@ -96,7 +70,7 @@ impl NodeGuard {
         self.engaged.load(Ordering::Relaxed)
     }
 
-    pub(super) fn name(&self) -> Arc<str> {
+    pub(in crate::storage) fn name(&self) -> Arc<str> {
         self.name
             .lock()
             .map_or_else(|_| Arc::from("-"), |name| name.clone())
@@ -119,21 +93,21 @@ impl NodeGuard {
     }
 
     /// The node answered a poll.
-    fn answered(&self) {
+    pub(super) fn answered(&self) {
         self.reachable.store(REACHABLE, Ordering::Relaxed);
     }
 
     /// The node's connection is down at `now`, so it was not polled: it is
     /// unreachable, unless its pool is still within its first connection's
     /// grace.
-    fn not_connected(&self, now: Instant) {
+    pub(super) fn not_connected(&self, now: Instant) {
         if now.saturating_duration_since(self.started) >= CONNECT_GRACE {
             self.reachable.store(UNREACHABLE, Ordering::Relaxed);
         }
     }
 
     /// Applies one successful poll, logging each change of verdict once.
-    fn apply(&self, memory: NodeMemory, limit: MemoryLimit) {
+    pub(super) fn apply(&self, memory: NodeMemory, limit: MemoryLimit) {
         let verdict = memory.verdict(limit);
         self.used_memory
             .store(memory.used_memory, Ordering::Relaxed);
@@ -172,7 +146,7 @@ impl NodeGuard {
 
     /// A poll failed: no answer in time, an error reply, or an answer
     /// without the two numbers.
-    fn unanswered(&self, error: &Error) {
+    pub(super) fn unanswered(&self, error: &Error) {
         self.reachable.store(
             if *error.kind() == ErrorKind::Parse {
                 REACHABLE
@@ -190,7 +164,7 @@ impl NodeGuard {
         }
     }
 
-    fn rename(&self, name: String) {
+    pub(super) fn rename(&self, name: String) {
         if let Ok(mut current) = self.name.lock()
             && **current != *name
         {
@@ -199,132 +173,10 @@ impl NodeGuard {
     }
 }
 
-/// What the watch polls.
-#[derive(Clone)]
-pub(super) enum Watched {
-    /// One node, or the primary behind Sentinel, through the store's pool.
-    Single { pool: Pool, guard: Arc<NodeGuard> },
-    /// Every primary in the slot table as it is at each poll.
-    Cluster(Weak<Cluster>),
-}
-
-impl Watched {
-    /// Each node to poll: a connected client and its guard.
-    fn nodes(&self) -> Vec<(Client, Arc<NodeGuard>)> {
-        match self {
-            Self::Single { pool, guard } => vec![(pool.next_connected().clone(), guard.clone())],
-            Self::Cluster(cluster) => cluster.upgrade().map_or_else(Vec::new, |cluster| {
-                cluster
-                    .primaries()
-                    .0
-                    .iter()
-                    .map(|node| (node.pool.next_connected().clone(), node.guard.clone()))
-                    .collect()
-            }),
-        }
-    }
-
-    /// Every node's state, for `/metrics`.
-    pub(super) fn readings(&self) -> Vec<GuardReading> {
-        match self {
-            Self::Single { guard, .. } => vec![guard.reading()],
-            Self::Cluster(cluster) => cluster.upgrade().map_or_else(Vec::new, |cluster| {
-                let nodes = cluster.primaries().0;
-                nodes.iter().map(|node| node.guard.reading()).collect()
-            }),
-        }
-    }
-}
-
-/// Polls every node of `watched` about once a second, for ever (the store's
-/// stop token ends it).
-pub(super) async fn watch(watched: Watched, limit: MemoryLimit) {
-    tracing::info!(%limit, "memory guard for admission watching redis");
-    let mut ticker = tokio::time::interval(POLL_INTERVAL);
-    // A late tick is not made up for: a node is never polled more often.
-    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let single = matches!(watched, Watched::Single { .. });
-    loop {
-        ticker.tick().await;
-        let mut polls = tokio::task::JoinSet::new();
-        for (client, guard) in watched.nodes() {
-            // Not connected: nothing to ask, and the pool already logs why;
-            // but the node is not reachable.
-            if !client.is_connected() {
-                guard.not_connected(Instant::now());
-                continue;
-            }
-            polls.spawn(async move {
-                match poll(&client).await {
-                    Ok(memory) => {
-                        if single && let Some(server) = client.active_connections().first() {
-                            guard.rename(server.to_string());
-                        }
-                        guard.answered();
-                        guard.apply(memory, limit);
-                    }
-                    Err(error) => guard.unanswered(&error),
-                }
-            });
-        }
-        // Every poll is bounded by the interval, so this ends by the next tick.
-        while polls.join_next().await.is_some() {}
-    }
-}
-
-/// One `INFO memory`, within [`POLL_INTERVAL`], never resent.
-async fn poll(client: &Client) -> Result<NodeMemory, Error> {
-    let options = Options {
-        max_attempts: Some(1),
-        timeout: Some(POLL_INTERVAL),
-        fail_fast: true,
-        ..Options::default()
-    };
-    let text: String = client
-        .with_options(&options)
-        .info(Some(InfoKind::Memory))
-        .await?;
-    parse_info_memory(&text).ok_or_else(|| {
-        Error::new(
-            ErrorKind::Parse,
-            "INFO memory named no used_memory or no maxmemory",
-        )
-    })
-}
-
-/// `used_memory` and `maxmemory` from `INFO memory`'s `name:value` lines.
-fn parse_info_memory(text: &str) -> Option<NodeMemory> {
-    let field = |name: &str| {
-        text.lines()
-            .find_map(|line| line.trim_end().strip_prefix(name)?.strip_prefix(':'))
-            .and_then(|value| value.parse().ok())
-    };
-    Some(NodeMemory {
-        used_memory: field("used_memory")?,
-        maxmemory: field("maxmemory")?,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::domain::percent::Percent;
-
-    #[test]
-    fn info_memory_gives_used_memory_and_maxmemory_not_their_kin() {
-        let info = "# Memory\r\nused_memory:1048576\r\nused_memory_human:1.00M\r\n\
-                    used_memory_rss:9000000\r\nmaxmemory:2097152\r\nmaxmemory_human:2.00M\r\n\
-                    maxmemory_policy:noeviction\r\n";
-        assert_eq!(
-            parse_info_memory(info),
-            Some(NodeMemory {
-                used_memory: 1_048_576,
-                maxmemory: 2_097_152
-            })
-        );
-        assert_eq!(parse_info_memory("# Memory\r\nused_memory:1\r\n"), None);
-        assert_eq!(parse_info_memory("used_memory:x\r\nmaxmemory:0\r\n"), None);
-    }
 
     #[test]
     fn a_node_admits_until_a_poll_engages_it_and_keeps_its_state_on_failure() {

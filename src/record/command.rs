@@ -1,0 +1,63 @@
+//! A validated outcome ([`RecordCommand`]) and its parsing from text, one
+//! function for every way in (a RecordOutcome request, an import row), so
+//! both obey the same rules.
+
+use crate::domain::InvalidInput;
+use crate::domain::attempts::AttemptId;
+use crate::domain::combo::Combo;
+use crate::domain::counts::Outcome;
+use crate::domain::ids::{Connector, CustomerId, MerchantId, PaymentMethod, PaymentMethodType};
+
+/// A validated RecordOutcome.
+#[derive(Debug, Clone)]
+pub struct RecordCommand {
+    pub merchant: MerchantId,
+    pub customer: CustomerId,
+    pub combo: Combo,
+    pub outcome: Outcome,
+    /// The orchestrator's attempt id, when it sent one.
+    pub attempt: Option<AttemptId>,
+}
+
+/// The text fields of one outcome as a caller sends them (a RecordOutcome
+/// request, or a row of `sticky-routing import`), before validation.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RawOutcome<'a> {
+    pub merchant_id: &'a str,
+    pub customer_id: &'a str,
+    pub payment_method: &'a str,
+    pub payment_method_type: &'a str,
+    pub connector: &'a str,
+    pub attempt_id: &'a str,
+}
+
+impl RecordCommand {
+    /// Validates `raw` field by field, in the request's declaration order,
+    /// reporting the first bad one by name; `outcome` is read in its place
+    /// (after the connector), each caller from its own spelling of it. One
+    /// function for every way in, so an import row and a request obey the
+    /// same rules.
+    pub fn parse(
+        raw: RawOutcome<'_>,
+        outcome: impl FnOnce() -> Result<Outcome, InvalidInput>,
+    ) -> Result<Self, InvalidInput> {
+        let merchant = MerchantId::parse(raw.merchant_id)?;
+        let customer = CustomerId::parse(raw.customer_id)?;
+        let method = PaymentMethod::parse(raw.payment_method)?;
+        let method_type = PaymentMethodType::parse(raw.payment_method_type)?;
+        let connector = Connector::parse(raw.connector)?;
+        // The combo's length is reported as `connector` (field 5), so it is
+        // checked before `outcome` (field 6): a connector that fits alone
+        // but not with the method is the first bad field.
+        let combo = Combo::new(&method, &method_type, &connector)?;
+        let outcome = outcome()?;
+        let attempt = AttemptId::parse(raw.attempt_id)?;
+        Ok(Self {
+            merchant,
+            customer,
+            combo,
+            outcome,
+            attempt,
+        })
+    }
+}
