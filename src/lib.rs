@@ -27,6 +27,7 @@
 pub mod bulk;
 pub mod config;
 pub mod domain;
+pub mod process;
 pub mod record;
 pub mod startup;
 pub mod storage;

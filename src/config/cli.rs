@@ -13,9 +13,9 @@ pub enum CommandLine {
     Run(Box<Settings>),
     /// Print this text (`--help`, `--version`) and exit 0.
     Exit(String),
-    /// `sticky-routing import ARGS` (`crate::bulk::import`).
+    /// `sticky-routing import ARGS`: the bulk import reads the arguments.
     Import(Vec<String>),
-    /// `sticky-routing export ARGS` (`crate::bulk::export`).
+    /// `sticky-routing export ARGS`: the bulk export reads the arguments.
     Export(Vec<String>),
 }
 
