@@ -28,10 +28,9 @@ pub use cli::{CommandLine, from_process, parse_command_line, process_env};
 
 use crate::domain::Rules;
 use crate::domain::priority::Shares;
+use crate::pki::{AdminClients, ServerTlsFiles};
 use crate::storage::RedisSettings;
 use crate::telemetry::{self, TelemetrySettings};
-use crate::transport::admin::AdminClients;
-use crate::transport::tls::ServerTlsFiles;
 use sources::RawValues;
 
 const ENV_PREFIX: &str = "STICKY_ROUTING_";

@@ -27,6 +27,7 @@
 pub mod bulk;
 pub mod config;
 pub mod domain;
+pub mod pki;
 pub mod process;
 pub mod record;
 pub mod startup;

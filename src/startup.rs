@@ -20,13 +20,13 @@ use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use crate::config::Settings;
+use crate::pki::{AdminClients, TlsFileProblem};
 use crate::record;
 use crate::storage::{ConnectError, RedisStore, redact_url};
 use crate::telemetry::{FailureLog, Metrics};
-use crate::transport::admin::AdminClients;
 use crate::transport::health::{API_SERVICE, DrainingHealth};
 use crate::transport::server::{GrpcServer, Lifetime};
-use crate::transport::tls::{ServerTls, TlsFileProblem};
+use crate::transport::tls::ServerTls;
 use crate::transport::{self, StickyRoutingService, pb};
 
 /// How long start-up waits for Redis before serving without it.

@@ -12,10 +12,9 @@ use crate::domain::Rules;
 use crate::domain::admission::Budgets;
 use crate::domain::ids::MerchantId;
 use crate::domain::priority::Shares;
+use crate::pki::{AdminClients, ServerTlsFiles, TlsFileKind};
 use crate::storage::{RedisSetting, RedisSettings, Secret, TlsFiles};
 use crate::telemetry::TelemetrySettings;
-use crate::transport::admin::AdminClients;
-use crate::transport::tls::{ServerTlsFiles, TlsFileKind};
 
 /// Types `raw`, falling back on the declared defaults.
 pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {

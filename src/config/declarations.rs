@@ -16,8 +16,8 @@ use super::ENV_PREFIX;
 use crate::domain::memory_guard::MemoryLimit;
 use crate::domain::percent::Percent;
 use crate::domain::pin::ScoreRatio;
+use crate::pki::AdminClients;
 use crate::telemetry::LogFormat;
-use crate::transport::admin::AdminClients;
 
 /// What a setting is, apart from its type.
 #[derive(Debug, Clone, Copy)]

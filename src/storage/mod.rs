@@ -28,10 +28,10 @@ pub(crate) use batch::admit_reply;
 pub(crate) use batch::{CallOutcome, ScriptCall, admitted_of, failure_reply, success_reply};
 pub use error::{ConnectError, NoAnswer, NotApplied, StorageError};
 pub use scan::{HashContents, HashScanner, ScanError, ScannedHash};
-pub use settings::{ClientCertFiles, RedisSetting, RedisSettings, Secret, TlsFiles, redact_url};
+pub use settings::{RedisSetting, RedisSettings, Secret, redact_url};
 pub use store::RedisStore;
 pub(crate) use store::{AdmissionRequest, SuccessWrite};
-pub use tls::{TlsError, TlsFile};
+pub use tls::{ClientCertFiles, TlsError, TlsFile, TlsFiles};
 
 /// Runs `task` on `tasks` until `stop` is cancelled: how every background
 /// task of the store starts, so `quit` ends them all.

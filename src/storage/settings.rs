@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::tls::{self, TlsFile};
+use super::tls::{self, ClientCertFiles, TlsFile, TlsFiles};
 
 /// How to reach Redis.
 #[derive(Clone)]
@@ -65,21 +65,6 @@ impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("***")
     }
-}
-
-/// PEM files for TLS to Redis.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// CA certificates to trust instead of the system roots.
-    pub ca_file: Option<PathBuf>,
-    /// A client certificate and its key, for Redis with `tls-auth-clients`.
-    pub client_cert: Option<ClientCertFiles>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClientCertFiles {
-    pub cert_file: PathBuf,
-    pub key_file: PathBuf,
 }
 
 /// Each Redis setting a problem can be about, so the caller can name it.

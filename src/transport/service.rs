@@ -11,17 +11,16 @@ use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 use tracing::{Instrument as _, Span};
 
-use super::admin::AdminClients;
 use super::convert;
 use super::deadline::deadline_of;
 use super::pb;
 use super::pb::sticky_routing_server::StickyRouting;
 use super::status::ApiError;
-use super::tls::ClientIdentity;
 use crate::domain::Rules;
 use crate::domain::counts::Recorded;
 use crate::domain::habits::ordered_habits;
 use crate::domain::pin::choose_pin;
+use crate::pki::{AdminClients, ClientIdentity};
 use crate::record::record_outcome;
 use crate::storage::{RedisStore, StorageError};
 use crate::telemetry::{CallIds, FailureLog, Metrics, Verdict, admission_refusal_label, traces};
