@@ -9,6 +9,7 @@
 mod failures;
 mod ids;
 mod metrics;
+mod outcomes;
 mod settings;
 pub mod traces;
 
@@ -23,6 +24,7 @@ pub use metrics::{
     EXPORTED_METRICS, Metrics, RedisCommand, Refusal, admission_refusal_label, canonical_name,
     serve_metrics,
 };
+pub use outcomes::{CallFailure, PinOutcome, WriteOutcome};
 pub use settings::{
     BatchSettings, DEFAULT_SERVICE_NAME, LogFormat, OTEL_VARIABLES, ParentlessChoice,
     SamplerChoice, TelemetrySettings, TraceSettings, traces_from_env,

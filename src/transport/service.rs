@@ -23,7 +23,10 @@ use crate::domain::pin::choose_pin;
 use crate::pki::{AdminClients, ClientIdentity};
 use crate::record::record_outcome;
 use crate::storage::{RedisStore, StorageError};
-use crate::telemetry::{CallIds, FailureLog, Metrics, Verdict, admission_refusal_label, traces};
+use crate::telemetry::{
+    CallFailure, CallIds, FailureLog, Metrics, PinOutcome, Verdict, WriteOutcome,
+    admission_refusal_label, traces,
+};
 
 /// The service state shared by every call.
 pub struct StickyRoutingService {
@@ -133,12 +136,12 @@ impl StickyRoutingService {
     }
 }
 
-/// The metrics label for a failed call.
-fn error_label(error: &ApiError) -> &'static str {
+/// How a failed call is counted.
+fn failure(error: &ApiError) -> CallFailure {
     match error {
-        ApiError::Invalid(_) => "invalid",
-        ApiError::Storage(_) => "error",
-        ApiError::NotAdmin(_) => "denied",
+        ApiError::Invalid(_) => CallFailure::Invalid,
+        ApiError::Storage(_) => CallFailure::Error,
+        ApiError::NotAdmin(_) => CallFailure::Denied,
     }
 }
 
@@ -161,22 +164,22 @@ impl StickyRouting for StickyRoutingService {
                 Ok(Box::pin(record_outcome(&self.store, &self.rules, &cmd, deadline)).await?)
             }
             .await;
-            let label = match &result {
+            let outcome = match &result {
                 Ok(Recorded::Applied { pruned, .. }) => {
                     self.metrics.pruned(*pruned);
-                    "applied"
+                    WriteOutcome::Applied
                 }
-                Ok(Recorded::IgnoredNoHabit) => "no_habit",
+                Ok(Recorded::IgnoredNoHabit) => WriteOutcome::NoHabit,
                 Ok(Recorded::NotAdmitted(why)) => {
                     self.metrics.admission_refused(*why);
                     traces::record_admission_refusal(&span, admission_refusal_label(*why));
-                    "not_admitted"
+                    WriteOutcome::NotAdmitted
                 }
-                Ok(Recorded::Duplicate { .. }) => "duplicate",
-                Err(error) => error_label(error),
+                Ok(Recorded::Duplicate { .. }) => WriteOutcome::Duplicate,
+                Err(error) => WriteOutcome::Failed(failure(error)),
             };
-            self.metrics.write(label);
-            traces::record_result(&span, label);
+            self.metrics.write(outcome);
+            traces::record_result(&span, outcome.label());
             result.map(convert::record_response)
         })
         .await
@@ -197,14 +200,14 @@ impl StickyRouting for StickyRoutingService {
                 Ok(choose_pin(&fields, &query))
             }
             .await;
-            let label = match &result {
-                Ok(choice) if choice.pin.is_some() => "pinned",
-                Ok(choice) if choice.candidates.is_empty() => "no_habit",
-                Ok(_) => "vetoed",
-                Err(error) => error_label(error),
+            let outcome = match &result {
+                Ok(choice) if choice.pin.is_some() => PinOutcome::Pinned,
+                Ok(choice) if choice.candidates.is_empty() => PinOutcome::NoHabit,
+                Ok(_) => PinOutcome::Vetoed,
+                Err(error) => PinOutcome::Failed(failure(error)),
             };
-            self.metrics.pin(label);
-            traces::record_result(&span, label);
+            self.metrics.pin(outcome);
+            traces::record_result(&span, outcome.label());
             result.map(convert::pin_response)
         })
         .await
