@@ -26,6 +26,7 @@
 
 pub mod bulk;
 pub mod config;
+pub mod declare;
 pub mod domain;
 pub mod pki;
 pub mod process;

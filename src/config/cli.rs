@@ -29,7 +29,7 @@ fn usage() -> String {
          Settings come from built-in defaults, then the TOML file (--config FILE or\n\
          STICKY_ROUTING_CONFIG), then these environment variables:\n",
     );
-    for about in declarations::ALL {
+    for about in declarations::all() {
         let mut lines = about.help.lines();
         let first = lines.next().unwrap_or_default();
         let default = about

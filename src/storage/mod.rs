@@ -28,7 +28,7 @@ pub(crate) use batch::admit_reply;
 pub(crate) use batch::{CallOutcome, ScriptCall, admitted_of, failure_reply, success_reply};
 pub use error::{ConnectError, NoAnswer, NotApplied, StorageError};
 pub use scan::{HashContents, HashScanner, ScanError, ScannedHash};
-pub use settings::{RedisSetting, RedisSettings, Secret, redact_url};
+pub use settings::{REDIS_SETTINGS, RedisSetting, RedisSettings, Secret, redact_url};
 pub use store::RedisStore;
 pub(crate) use store::{AdmissionRequest, SuccessWrite};
 pub use tls::{ClientCertFiles, TlsError, TlsFile, TlsFiles};

@@ -27,7 +27,7 @@ pub use metrics::{
 pub use outcomes::{CallFailure, PinOutcome, WriteOutcome};
 pub use settings::{
     BatchSettings, DEFAULT_SERVICE_NAME, LogFormat, OTEL_VARIABLES, ParentlessChoice,
-    SamplerChoice, TelemetrySettings, TraceSettings, traces_from_env,
+    SamplerChoice, TELEMETRY_SETTINGS, TelemetrySettings, TraceSettings, traces_from_env,
 };
 
 /// Keeps the trace exporter alive; dropping it sends the spans still queued.
