@@ -1,7 +1,7 @@
 //! How a setting is declared and read, for every module that owns settings:
 //! a declaration ([`Setting`]: key, default, parse and range, help) sits
 //! beside the code that uses the value, and that module reads it with the
-//! [`Checker`] (e.g. `RedisSettings::from_declared`). [`crate::config`]
+//! [`Checker`] (e.g. `RedisSettings::from_declared`). Configuration
 //! gathers every declaration into `--help`, the names the TOML file and the
 //! environment may use and the problem report, and calls each owner.
 //!
