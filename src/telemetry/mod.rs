@@ -66,8 +66,8 @@ pub fn init(settings: &TelemetrySettings) -> Result<TelemetryGuard, TelemetryErr
     // here is static (EnvFilter directives, a target list), so a callsite
     // none wants, such as the many trace-level ones in h2 and fred, costs
     // one cached check. A `filter_fn`, or an absent (`None`) layer, would
-    // make the subscriber ask at every event instead: callgrind counted
-    // 104k instructions per call grow to 283k that way.
+    // make the subscriber ask at every event instead, which more than
+    // doubles a call's instructions (bench/README.md).
     let logs_only = traces::keep_out_of_logs(
         tracing_subscriber::EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),

@@ -157,8 +157,8 @@ impl StickyRouting for StickyRoutingService {
                 traces::record_merchant(&span, cmd.merchant.as_str());
                 // Boxed: the store's futures hold fred's command futures
                 // and run to kilobytes; inline, async_trait's boxing of this
-                // handler copied them whole on every call (callgrind: about
-                // 10 % of a GetPin's instructions were that memcpy).
+                // handler would copy them whole on every call (bench/README.md
+                // counts the copy).
                 // A refusal is not logged: it is routine (a spent budget),
                 // and the metric and the span say which it was.
                 Ok(Box::pin(record_outcome(&self.store, &self.rules, &cmd, deadline)).await?)
