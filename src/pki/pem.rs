@@ -20,7 +20,7 @@ pub fn provider() -> Arc<CryptoProvider> {
 
 /// The file at `path`, whole.
 pub fn read(path: &Path) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| format!("cannot read it: {e}"))
+    std::fs::read(path).map_err(|e| format!("cannot be read: {e}"))
 }
 
 /// What `parse` makes of the file at `path`; a problem names the file.
