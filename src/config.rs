@@ -5,11 +5,14 @@
 //! environment variables. Every bad value is collected and reported at once,
 //! named by its variable, so an operator fixes a deployment in one round.
 //!
-//! Every setting is declared once, in [`declarations`]: name, default, parse
-//! and range, help. Configuration assembles what the other layers own: the
-//! domain's [`Rules`], and storage's [`RedisSettings`], whose own checks
-//! (`RedisSettings::problems`) say what cannot work while configuration
-//! says which variable to fix.
+//! Every setting is declared once ([`crate::declare`]: name, default, parse
+//! and range, help), beside the code that uses it: Redis's in storage, the
+//! log format in telemetry, and the rest, whose owners read no settings
+//! themselves (the pure domain's [`Rules`], the server's listeners, TLS and
+//! limits), in [`declarations`]. Configuration gathers the declarations
+//! and asks each owner to read its own (`RedisSettings::from_declared`),
+//! so an owner says what cannot work while configuration says which
+//! variable to fix.
 //!
 //! The environment is passed in as a map, so tests never touch the process
 //! environment.
@@ -26,15 +29,13 @@ use std::time::Duration;
 
 pub use cli::{CommandLine, from_process, parse_command_line, process_env};
 
+use crate::declare::ENV_PREFIX;
 use crate::domain::Rules;
 use crate::domain::priority::Shares;
+use crate::pki::{AdminClients, ServerTlsFiles};
 use crate::storage::RedisSettings;
 use crate::telemetry::{self, TelemetrySettings};
-use crate::transport::admin::AdminClients;
-use crate::transport::tls::ServerTlsFiles;
 use sources::RawValues;
-
-const ENV_PREFIX: &str = "STICKY_ROUTING_";
 /// The variable that names the TOML file when `--config` is not given.
 pub const CONFIG_FILE_VAR: &str = "STICKY_ROUTING_CONFIG";
 

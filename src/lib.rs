@@ -1,32 +1,46 @@
 //! Sticky routing: remembers through which connector (gateway) a customer's
 //! payments succeed, so the orchestrator can pin the next payment to it.
 //!
-//! The crate has three layers with one-way dependencies:
+//! The modules, from the bottom up:
 //! - [`domain`]: the rules as pure functions and one [`domain::Rules`]
 //!   value (no I/O, no fred, no tonic);
-//! - [`storage`]: the Redis adapter, [`storage::RedisStore`], which runs those
-//!   rules atomically against Redis and owns its connection settings;
+//! - [`declare`], [`pki`], [`process`]: shared vocabulary that imports no
+//!   other module: how a setting is declared and read; certificates, keys
+//!   and client identities; the process's shutdown signal and stdout;
+//! - [`telemetry`]: logs, metrics and traces, and the outcome labels;
+//! - [`storage`]: the Redis adapter, [`storage::RedisStore`], which runs
+//!   the rules atomically against Redis and owns its connection settings;
+//! - [`record`]: the RecordOutcome flow (write, admission, create) over
+//!   the store;
 //! - [`transport`]: thin tonic handlers that turn protobuf into domain types
-//!   and errors into `tonic::Status`.
+//!   and errors into `tonic::Status`, and the server's connections;
+//! - [`config`]: reads every setting once, gathering the declarations of
+//!   each owner;
+//! - [`startup`]: wires everything into an [`startup::Application`] and
+//!   runs it;
+//! - [`bulk`]: the `import` and `export` subcommands, which reach Redis
+//!   through the same settings, store and rules as the server.
 //!
-//! [`bulk`] holds the `import` and `export` subcommands, which reach Redis
-//! through the same store and rules.
-//!
-//! [`record`] is the RecordOutcome flow (write, admission, create) between
-//! transport and storage. [`startup`] wires everything into an
-//! [`startup::Application`] and runs it; [`config`] reads every setting once,
-//! from one declaration each; [`telemetry`] owns logs and metrics.
-//!
-//! [`bulk`] holds the commands run beside the server (`export`), which use
-//! `config` and `storage` as the server does.
-//!
-//! Dependencies point one way: `startup` → `config`, `transport` → `record`
-//! → `storage` → `domain`; `config` → `storage`, `domain`. No module below
-//! imports one above it.
+//! Every import points to a module earlier in this list, never to a later
+//! one:
+//! - `telemetry` → `domain`, `declare`;
+//! - `storage` → `domain`, `telemetry`, `declare`, `pki`;
+//! - `record` → `domain`, `storage`;
+//! - `transport` → `domain`, `record`, `storage`, `telemetry`, `pki`;
+//! - `config` → `domain`, `storage`, `telemetry`, `declare`, `pki`;
+//! - `startup` → `config`, `transport`, `record`, `storage`, `telemetry`,
+//!   `pki`;
+//! - `bulk` → `config`, `record`, `storage`, `domain`, `telemetry`,
+//!   `process`;
+//! - the binary (`main.rs`) → `config`, `startup`, `bulk`, `telemetry`,
+//!   `process`.
 
 pub mod bulk;
 pub mod config;
+pub mod declare;
 pub mod domain;
+pub mod pki;
+pub mod process;
 pub mod record;
 pub mod startup;
 pub mod storage;

@@ -7,7 +7,8 @@
 use std::process::ExitCode;
 
 use sticky_routing::config::{self, CommandLine};
-use sticky_routing::startup::{Application, shutdown_signal};
+use sticky_routing::process::{print_to_stdout, shutdown_signal};
+use sticky_routing::startup::Application;
 use sticky_routing::telemetry;
 
 #[global_allocator]
@@ -17,7 +18,7 @@ fn main() -> ExitCode {
     let settings = match config::from_process() {
         Ok(CommandLine::Run(settings)) => settings,
         Ok(CommandLine::Exit(text)) => {
-            sticky_routing::bulk::print_to_stdout(&format!("{text}\n"));
+            print_to_stdout(&format!("{text}\n"));
             return ExitCode::SUCCESS;
         }
         Ok(CommandLine::Import(args)) => {

@@ -19,19 +19,15 @@ use tonic::service::Routes;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
-pub use lifecycle::shutdown_signal;
-
 use crate::config::Settings;
+use crate::pki::{AdminClients, TlsFileProblem};
 use crate::record;
 use crate::storage::{ConnectError, RedisStore, redact_url};
 use crate::telemetry::{FailureLog, Metrics};
-use crate::transport::admin::AdminClients;
-use crate::transport::gate::ApiGate;
 use crate::transport::health::{API_SERVICE, DrainingHealth};
-use crate::transport::pb::sticky_routing_server::StickyRoutingServer;
-use crate::transport::server::{GrpcServer, Lifetime, MAX_MESSAGE_BYTES};
-use crate::transport::tls::{ServerTls, TlsFileProblem};
-use crate::transport::{StickyRoutingService, pb};
+use crate::transport::server::{GrpcServer, Lifetime};
+use crate::transport::tls::ServerTls;
+use crate::transport::{self, StickyRoutingService, pb};
 
 /// How long start-up waits for Redis before serving without it.
 const REDIS_CONNECT_WAIT: Duration = Duration::from_secs(2);
@@ -136,8 +132,8 @@ impl Application {
             record::call_ceiling(settings.redis.command_timeout),
             settings.admin_clients.clone(),
         );
-        let api = ApiGate::new(
-            StickyRoutingServer::new(api).max_decoding_message_size(MAX_MESSAGE_BYTES),
+        let api = transport::server::api(
+            api,
             settings.max_in_flight,
             settings.shares,
             metrics.clone(),

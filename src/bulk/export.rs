@@ -81,7 +81,7 @@ async fn run_on_runtime(args: &[String], env: &HashMap<String, String>) -> ExitC
     let request = match parse_args(args) {
         Ok(Some(request)) => request,
         Ok(None) => {
-            super::print_to_stdout(&format!("{HELP}\n"));
+            crate::process::print_to_stdout(&format!("{HELP}\n"));
             return ExitCode::SUCCESS;
         }
         Err(problem) => return fail(&format!("{problem}; see `sticky-routing export --help`")),

@@ -107,17 +107,6 @@ pub async fn quit_within(quit: impl Future<Output = ()>) {
     let _ = tokio::time::timeout(QUIT_WITHIN, quit).await;
 }
 
-/// Writes `text` to stdout, ignoring a closed pipe (`import … | head`):
-/// `print!` would panic there, and what is lost is only the reader's
-/// choice. The exit code still says how the command went.
-pub fn print_to_stdout(text: &str) {
-    use std::io::Write;
-    let mut stdout = std::io::stdout().lock();
-    let _ = stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush());
-}
-
 /// The runtime a bulk command runs on: two workers, so reading and parsing
 /// the file overlaps with waiting for Redis.
 pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {

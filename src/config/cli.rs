@@ -13,9 +13,9 @@ pub enum CommandLine {
     Run(Box<Settings>),
     /// Print this text (`--help`, `--version`) and exit 0.
     Exit(String),
-    /// `sticky-routing import ARGS` (`crate::bulk::import`).
+    /// `sticky-routing import ARGS`: the bulk import reads the arguments.
     Import(Vec<String>),
-    /// `sticky-routing export ARGS` (`crate::bulk::export`).
+    /// `sticky-routing export ARGS`: the bulk export reads the arguments.
     Export(Vec<String>),
 }
 
@@ -29,7 +29,7 @@ fn usage() -> String {
          Settings come from built-in defaults, then the TOML file (--config FILE or\n\
          STICKY_ROUTING_CONFIG), then these environment variables:\n",
     );
-    for about in declarations::ALL {
+    for about in declarations::all() {
         let mut lines = about.help.lines();
         let first = lines.next().unwrap_or_default();
         let default = about

@@ -7,56 +7,15 @@
 //! error, so a typo never silently changes nothing.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use super::ENV_PREFIX;
-use super::declarations::ALL;
+use super::declarations::all;
+use crate::declare::{ENV_PREFIX, Origin, Raw};
 
 /// The TOML table that lists a per-merchant family's values by merchant id:
 /// `[max_customers_overrides]` for `max_customers_{merchant_id}`.
 fn family_table(family: &str) -> String {
     format!("{family}overrides")
-}
-
-/// Where a raw value came from, so a problem can point at it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Origin {
-    Env,
-    File(PathBuf),
-}
-
-/// One unparsed value.
-#[derive(Debug, Clone)]
-pub(super) struct Raw {
-    pub text: String,
-    pub origin: Origin,
-}
-
-impl Raw {
-    /// How a problem names the setting: always the variable, plus the file
-    /// when the value came from one.
-    pub fn describe(&self, key: &str) -> String {
-        self.describe_var(&Self::env_name(key), key)
-    }
-
-    /// The variable that sets `key`.
-    pub fn env_name(key: &str) -> String {
-        format!("{ENV_PREFIX}{}", key.to_ascii_uppercase())
-    }
-
-    /// The same for a per-merchant setting, whose merchant id keeps its case.
-    pub fn describe_member(&self, family: &str, merchant: &str) -> String {
-        let key = format!("{family}{merchant}");
-        let var = format!("{ENV_PREFIX}{}{merchant}", family.to_ascii_uppercase());
-        self.describe_var(&var, &key)
-    }
-
-    fn describe_var(&self, var: &str, key: &str) -> String {
-        match &self.origin {
-            Origin::Env => var.to_owned(),
-            Origin::File(path) => format!("{var} ({key} in {})", path.display()),
-        }
-    }
 }
 
 /// The layered raw values, later layers already winning.
@@ -142,7 +101,7 @@ pub(super) enum Named<'k> {
 pub(super) fn setting_named(name: &str) -> Option<Named<'_>> {
     let name = strip_prefix_ignoring_case(name, ENV_PREFIX).unwrap_or(name);
     let lower = name.to_ascii_lowercase();
-    for about in ALL.iter().filter(|about| !about.per_merchant) {
+    for about in all().filter(|about| !about.per_merchant) {
         if lower == about.key {
             return Some(Named::Setting(about.key));
         }
@@ -150,15 +109,13 @@ pub(super) fn setting_named(name: &str) -> Option<Named<'_>> {
             return Some(Named::File(about.key));
         }
     }
-    ALL.iter()
-        .filter(|about| about.per_merchant)
-        .find_map(|about| {
-            let merchant = strip_prefix_ignoring_case(name, about.key)?;
-            Some(Named::Member {
-                family: about.key,
-                merchant,
-            })
+    all().filter(|about| about.per_merchant).find_map(|about| {
+        let merchant = strip_prefix_ignoring_case(name, about.key)?;
+        Some(Named::Member {
+            family: about.key,
+            merchant,
         })
+    })
 }
 
 fn strip_prefix_ignoring_case<'k>(key: &'k str, prefix: &str) -> Option<&'k str> {
@@ -177,8 +134,7 @@ fn read_file(path: &Path) -> Result<Vec<(String, String)>, String> {
         .map_err(|e| e.to_string())?;
     let mut entries = Vec::new();
     for (key, value) in table {
-        let family = ALL
-            .iter()
+        let family = all()
             .filter(|about| about.per_merchant)
             .find(|about| key.eq_ignore_ascii_case(&family_table(about.key)));
         if let Some(family) = family {

@@ -410,7 +410,7 @@ fn settings_named_in(text: &str) -> Result<BTreeSet<String>, String> {
 /// What the declarations say a document must name.
 fn declared_settings() -> BTreeSet<String> {
     let mut keys = BTreeSet::new();
-    for about in declarations::ALL {
+    for about in declarations::all() {
         keys.insert(about.key.to_owned());
         if about.or_file {
             keys.insert(format!("{}_file", about.key));

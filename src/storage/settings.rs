@@ -1,15 +1,20 @@
 //! How to reach Redis, and whether those settings can work at all.
 //!
 //! Storage owns these settings because only storage knows what a usable
-//! Redis URL, credential or TLS file is. Configuration reads the raw values
-//! and asks [`RedisSettings::problems`] what is wrong, passing a function
-//! that names each setting the way the operator wrote it (a variable, or a
-//! key in a file); storage says what is wrong, configuration says where.
+//! Redis URL, credential or TLS file is. They are declared here, beside
+//! their struct, and read by [`RedisSettings::from_declared`] through the
+//! configuration's checker: a new Redis setting is one declaration and its
+//! use. [`RedisSettings::problems`] says what is wrong; the checker names
+//! each setting the way the operator wrote it (a variable, or a key in a
+//! file).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::tls::{self, TlsFile};
+use super::tls::{self, ClientCertFiles, TlsFile, TlsFiles};
+use crate::declare::{About, Checker, Fallback, Raw, parse, settings};
+
+use Fallback::{Cpus, Text, Unset};
 
 /// How to reach Redis.
 #[derive(Clone)]
@@ -46,6 +51,88 @@ impl std::fmt::Debug for RedisSettings {
     }
 }
 
+settings! {
+    pub REDIS_SETTINGS;
+    REDIS_URL: String = About::new(
+        "redis_url",
+        Text("redis://127.0.0.1:6379"),
+        "Redis URL\nalso rediss://, redis-cluster://h:p?node=h:p,\nredis-sentinel://h:p?sentinelServiceName=NAME",
+    ), parse::text;
+    REDIS_USERNAME: String = About::new("redis_username", Unset(""), "ACL user, or a file holding it").or_file(), parse::text;
+    REDIS_PASSWORD: String = About::new("redis_password", Unset(""), "password, or a file holding it").or_file(), parse::text;
+    REDIS_TLS_CA_FILE: PathBuf = About::new("redis_tls_ca_file", Unset("the system roots"), "PEM CA to trust"), parse::path;
+    REDIS_TLS_CERT_FILE: PathBuf = About::new("redis_tls_cert_file", Unset(""), "PEM client certificate (with the key)"), parse::path;
+    REDIS_TLS_KEY_FILE: PathBuf = About::new("redis_tls_key_file", Unset(""), "PEM client key (with the certificate)"), parse::path;
+    REDIS_POOL_SIZE: usize = About::new("redis_pool_size", Cpus, "Redis connections, 1 to 1024"), |t| parse::whole_number(t, 1, 1024);
+    REDIS_TIMEOUT: Duration = About::new("redis_timeout", Text("250ms"), "upper bound for one Redis call, up to 60s"), parse_redis_timeout;
+    REDIS_QUEUE_LIMIT: usize = About::new("redis_queue_limit", Text("1024"), "Redis commands in flight per connection; past\nit calls are refused at once, 1 to 1000000"), |t| parse::whole_number(t, 1, 1_000_000);
+}
+
+/// The longest `REDIS_TIMEOUT`: a payment's hot path never waits a minute
+/// for one Redis call, and the bound keeps every deadline sum finite.
+const MAX_REDIS_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn parse_redis_timeout(text: &str) -> Result<Duration, String> {
+    match parse::positive_duration(text)? {
+        d if d > MAX_REDIS_TIMEOUT => Err(format!(
+            "`{text}` is longer than {}s",
+            MAX_REDIS_TIMEOUT.as_secs()
+        )),
+        d => Ok(d),
+    }
+}
+
+impl RedisSettings {
+    /// The Redis settings as declared above, with every problem recorded in
+    /// `c` under the variable the operator gave. The settings are checked
+    /// ([`Self::problems`]) even when a number is bad, so every problem
+    /// shows at once.
+    pub fn from_declared(c: &mut Checker) -> Option<Self> {
+        let url = c.value(&REDIS_URL);
+        let username = c.optional_or_file(&REDIS_USERNAME);
+        let password = c.optional_or_file(&REDIS_PASSWORD).map(Secret::new);
+        let tls = tls_files(c);
+        let pool_size = c.value(&REDIS_POOL_SIZE);
+        let command_timeout = c.value(&REDIS_TIMEOUT);
+        let queue_limit = c.value(&REDIS_QUEUE_LIMIT);
+        let settings = Self {
+            url: url?,
+            username,
+            password,
+            tls,
+            pool_size: pool_size.unwrap_or(1),
+            command_timeout: command_timeout.unwrap_or_default(),
+            queue_limit: queue_limit.unwrap_or(1),
+        };
+        let problems = settings.problems(&|setting| c.name_or_file(setting.key()));
+        for problem in problems {
+            c.problem(problem);
+        }
+        Some(settings)
+            .filter(|_| pool_size.is_some() && command_timeout.is_some() && queue_limit.is_some())
+    }
+}
+
+/// The TLS files; a certificate without its key is a problem here, and
+/// the rest of the Redis settings are checked as if neither were set.
+fn tls_files(c: &mut Checker) -> Option<TlsFiles> {
+    let ca = c.optional(&REDIS_TLS_CA_FILE);
+    let cert = c.optional(&REDIS_TLS_CERT_FILE);
+    let key = c.optional(&REDIS_TLS_KEY_FILE);
+    match TlsFiles::from_paths(ca, cert, key) {
+        Ok(files) => files,
+        Err((given, missing)) => {
+            let problem = format!(
+                "{}: needs {} as well",
+                c.name_or_file(given.key()),
+                Raw::env_name(missing.key())
+            );
+            c.problem(problem);
+            None
+        }
+    }
+}
+
 /// A value that must never reach a log: `{:?}` prints `***`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
@@ -67,21 +154,6 @@ impl std::fmt::Debug for Secret {
     }
 }
 
-/// PEM files for TLS to Redis.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// CA certificates to trust instead of the system roots.
-    pub ca_file: Option<PathBuf>,
-    /// A client certificate and its key, for Redis with `tls-auth-clients`.
-    pub client_cert: Option<ClientCertFiles>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClientCertFiles {
-    pub cert_file: PathBuf,
-    pub key_file: PathBuf,
-}
-
 /// Each Redis setting a problem can be about, so the caller can name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RedisSetting {
@@ -100,6 +172,21 @@ impl From<TlsFile> for RedisSetting {
             TlsFile::Cert => Self::TlsCertFile,
             TlsFile::Key => Self::TlsKeyFile,
         }
+    }
+}
+
+impl RedisSetting {
+    /// The declared key of the setting.
+    fn key(self) -> &'static str {
+        let declared: &About = match self {
+            Self::Url => &REDIS_URL.about,
+            Self::Username => &REDIS_USERNAME.about,
+            Self::Password => &REDIS_PASSWORD.about,
+            Self::TlsCaFile => &REDIS_TLS_CA_FILE.about,
+            Self::TlsCertFile => &REDIS_TLS_CERT_FILE.about,
+            Self::TlsKeyFile => &REDIS_TLS_KEY_FILE.about,
+        };
+        declared.key
     }
 }
 
@@ -250,4 +337,15 @@ pub fn redact_url(url: &str) -> String {
         redacted = format!("{redacted}?{}", pairs.join("&"));
     }
     redacted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pool_size_default_parses() {
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        assert!((REDIS_POOL_SIZE.parse)(&cpus.to_string()).is_ok());
+    }
 }

@@ -7,14 +7,26 @@
 //! check reads them too, so a missing or unparsable file is reported by its
 //! variable before the service runs.
 
-use std::path::Path;
-use std::sync::Arc;
+use std::path::PathBuf;
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ClientConfig, RootCertStore};
 
-use super::settings::{ClientCertFiles, TlsFiles};
+use crate::pki::pem;
+
+/// PEM files for TLS to Redis.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// CA certificates to trust instead of the system roots.
+    pub ca_file: Option<PathBuf>,
+    /// A client certificate and its key, for Redis with `tls-auth-clients`.
+    pub client_cert: Option<ClientCertFiles>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCertFiles {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+}
 
 /// Which file a TLS problem is about, so config checking can name its
 /// variable.
@@ -33,31 +45,33 @@ pub struct TlsError {
     pub why: String,
 }
 
+impl TlsError {
+    fn new(file: TlsFile, why: String) -> Self {
+        Self { file, why }
+    }
+}
+
 /// Builds the client config: trust from `files.ca_file` (else the system
 /// roots), identity from `files.client_cert` when given.
 pub fn client_config(files: &TlsFiles) -> Result<ClientConfig, TlsError> {
     let roots = match &files.ca_file {
-        Some(path) => roots_from(path)?,
+        Some(path) => {
+            pem::in_file(path, pem::roots).map_err(|why| TlsError::new(TlsFile::Ca, why))?
+        }
         None => system_roots(),
     };
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ClientConfig::builder_with_provider(provider)
+    let builder = ClientConfig::builder_with_provider(pem::provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| TlsError {
-            file: TlsFile::Ca,
-            why: e.to_string(),
-        })?
+        .map_err(|e| TlsError::new(TlsFile::Ca, e.to_string()))?
         .with_root_certificates(roots);
     match &files.client_cert {
         None => Ok(builder.with_no_client_auth()),
         Some(client) => {
             let (chain, key) = identity_from(client)?;
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| TlsError {
-                    file: TlsFile::Key,
-                    why: format!("the key does not fit the certificate: {e}"),
-                })
+            builder.with_client_auth_cert(chain, key).map_err(|e| {
+                let why = format!("does not fit the certificate: {e}");
+                TlsError::new(TlsFile::Key, pem::named(&client.key_file, &why))
+            })
         }
     }
 }
@@ -66,7 +80,11 @@ pub fn client_config(files: &TlsFiles) -> Result<ClientConfig, TlsError> {
 pub fn check_files(files: &TlsFiles) -> Vec<TlsError> {
     let mut problems = Vec::new();
     if let Some(path) = &files.ca_file {
-        problems.extend(roots_from(path).err());
+        problems.extend(
+            pem::in_file(path, pem::roots)
+                .err()
+                .map(|why| TlsError::new(TlsFile::Ca, why)),
+        );
     }
     if let Some(client) = &files.client_cert {
         match identity_from(client) {
@@ -78,43 +96,17 @@ pub fn check_files(files: &TlsFiles) -> Vec<TlsError> {
     problems
 }
 
-fn roots_from(path: &Path) -> Result<RootCertStore, TlsError> {
-    let problem = |why: String| TlsError {
-        file: TlsFile::Ca,
-        why: format!("{}: {why}", path.display()),
-    };
-    let mut roots = RootCertStore::empty();
-    for cert in certificates(path).map_err(problem)? {
-        roots
-            .add(cert)
-            .map_err(|e| problem(format!("not a usable CA certificate: {e}")))?;
-    }
-    Ok(roots)
-}
-
-type Identity = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
+type Identity = (
+    Vec<rustls::pki_types::CertificateDer<'static>>,
+    rustls::pki_types::PrivateKeyDer<'static>,
+);
 
 fn identity_from(client: &ClientCertFiles) -> Result<Identity, TlsError> {
-    let chain = certificates(&client.cert_file).map_err(|why| TlsError {
-        file: TlsFile::Cert,
-        why: format!("{}: {why}", client.cert_file.display()),
-    })?;
-    let key = PrivateKeyDer::from_pem_file(&client.key_file).map_err(|e| TlsError {
-        file: TlsFile::Key,
-        why: format!("{}: no PEM private key ({e})", client.key_file.display()),
-    })?;
+    let chain = pem::in_file(&client.cert_file, pem::certificates)
+        .map_err(|why| TlsError::new(TlsFile::Cert, why))?;
+    let key = pem::in_file(&client.key_file, pem::private_key)
+        .map_err(|why| TlsError::new(TlsFile::Key, why))?;
     Ok((chain, key))
-}
-
-/// Every certificate in a PEM file; at least one.
-fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .and_then(|iter| iter.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("cannot read PEM certificates ({e})"))?;
-    if certs.is_empty() {
-        return Err("holds no PEM certificate".into());
-    }
-    Ok(certs)
 }
 
 /// The operating system's roots. Unreadable ones are skipped; rustls then

@@ -19,6 +19,7 @@ use opentelemetry_sdk::metrics::SdkMeterProvider;
 use prometheus::{Encoder, TextEncoder};
 use tokio::net::TcpListener;
 
+use super::outcomes::{PinOutcome, WriteOutcome};
 use crate::domain::admission::AdmissionRefusal;
 use crate::domain::memory_guard::GuardReading;
 use crate::domain::priority::Class;
@@ -266,12 +267,14 @@ impl Metrics {
         })
     }
 
-    pub fn pin(&self, outcome: &'static str) {
-        self.pins.add(1, &[KeyValue::new("outcome", outcome)]);
+    pub fn pin(&self, outcome: PinOutcome) {
+        self.pins
+            .add(1, &[KeyValue::new("outcome", outcome.label())]);
     }
 
-    pub fn write(&self, outcome: &'static str) {
-        self.writes.add(1, &[KeyValue::new("outcome", outcome)]);
+    pub fn write(&self, outcome: WriteOutcome) {
+        self.writes
+            .add(1, &[KeyValue::new("outcome", outcome.label())]);
     }
 
     pub fn pruned(&self, fields: u32) {
@@ -473,8 +476,8 @@ mod tests {
     #[test]
     fn instruments_render_under_their_prometheus_names() {
         let metrics = Metrics::new().unwrap();
-        metrics.pin("pinned");
-        metrics.write("not_admitted");
+        metrics.pin(PinOutcome::Pinned);
+        metrics.write(WriteOutcome::NotAdmitted);
         metrics.pruned(2);
         metrics.refused(Refusal::OverSize, Class::Pin);
         metrics.rpc("GetPin", tonic::Code::Ok, Duration::from_micros(300));
@@ -588,8 +591,8 @@ mod tests {
     #[test]
     fn the_exported_list_is_exactly_what_renders() {
         let metrics = Metrics::new().unwrap();
-        metrics.pin("pinned");
-        metrics.write("applied");
+        metrics.pin(PinOutcome::Pinned);
+        metrics.write(WriteOutcome::Applied);
         metrics.pruned(1);
         metrics.refused(Refusal::Shed, Class::Low);
         metrics.rpc("GetPin", tonic::Code::Ok, Duration::from_micros(300));

@@ -9,6 +9,7 @@
 mod failures;
 mod ids;
 mod metrics;
+mod outcomes;
 mod settings;
 pub mod traces;
 
@@ -23,9 +24,10 @@ pub use metrics::{
     EXPORTED_METRICS, Metrics, RedisCommand, Refusal, admission_refusal_label, canonical_name,
     serve_metrics,
 };
+pub use outcomes::{CallFailure, PinOutcome, WriteOutcome};
 pub use settings::{
     BatchSettings, DEFAULT_SERVICE_NAME, LogFormat, OTEL_VARIABLES, ParentlessChoice,
-    SamplerChoice, TelemetrySettings, TraceSettings, traces_from_env,
+    SamplerChoice, TELEMETRY_SETTINGS, TelemetrySettings, TraceSettings, traces_from_env,
 };
 
 /// Keeps the trace exporter alive; dropping it sends the spans still queued.
@@ -64,8 +66,8 @@ pub fn init(settings: &TelemetrySettings) -> Result<TelemetryGuard, TelemetryErr
     // here is static (EnvFilter directives, a target list), so a callsite
     // none wants, such as the many trace-level ones in h2 and fred, costs
     // one cached check. A `filter_fn`, or an absent (`None`) layer, would
-    // make the subscriber ask at every event instead: callgrind counted
-    // 104k instructions per call grow to 283k that way.
+    // make the subscriber ask at every event instead, which more than
+    // doubles a call's instructions (bench/README.md).
     let logs_only = traces::keep_out_of_logs(
         tracing_subscriber::EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),

@@ -1,5 +1,5 @@
-//! How logs look and where traces go: typed from `STICKY_ROUTING_LOG_FORMAT`
-//! and from the standard OpenTelemetry variables (`OTEL_*`).
+//! How logs look and where traces go: typed from `STICKY_ROUTING_LOG_FORMAT`,
+//! declared here, and from the standard OpenTelemetry variables (`OTEL_*`).
 //!
 //! The OpenTelemetry SDK can read its variables itself, but it falls back
 //! quietly on a bad value (a sampler it does not know becomes "always on").
@@ -10,6 +10,8 @@
 
 use std::collections::HashMap;
 use std::time::Duration;
+
+use crate::declare::{About, Checker, Fallback, settings};
 
 /// How log lines are written to stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -79,6 +81,23 @@ pub struct TraceSettings {
 pub struct TelemetrySettings {
     pub log_format: LogFormat,
     pub traces: Option<TraceSettings>,
+}
+
+settings! {
+    pub TELEMETRY_SETTINGS;
+    LOG_FORMAT: LogFormat = About::new("log_format", Fallback::Text("text"), "stderr log lines: `text` for people, `json` for\nlog pipelines (one object per line)"), LogFormat::parse;
+}
+
+impl TelemetrySettings {
+    /// The log format, as declared above. The traces are read apart, from
+    /// the `OTEL_*` variables ([`traces_from_env`]), which are not ours to
+    /// declare.
+    pub fn from_declared(c: &mut Checker) -> Option<Self> {
+        Some(Self {
+            log_format: c.value(&LOG_FORMAT)?,
+            traces: None,
+        })
+    }
 }
 
 /// What `service.name` is when neither `OTEL_SERVICE_NAME` nor

@@ -151,8 +151,8 @@ pub fn record_merchant(span: &Span, merchant: &str) {
     span.record("sticky_routing.merchant_id", merchant);
 }
 
-/// Records the call's result, the label its metric counts it under
-/// (`applied`, `pinned`, `no_habit`, ...).
+/// Records the call's result, the label its metric counts it under (a
+/// [`super::PinOutcome`] or [`super::WriteOutcome`] label).
 pub fn record_result(span: &Span, result: &'static str) {
     span.record("sticky_routing.result", result);
 }

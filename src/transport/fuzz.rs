@@ -44,17 +44,16 @@ use super::pb::sticky_routing_server::StickyRoutingServer;
 use crate::domain::pin::ScoreRatio;
 use crate::domain::priority::Shares;
 use crate::telemetry::Metrics;
-use crate::transport::server::MAX_MESSAGE_BYTES;
 
 type Server = ApiGate<StickyRoutingServer<Backend>>;
 
 /// The seed of `make test` and, unless `FUZZ_SEED` says otherwise, of `make fuzz`.
 const DEFAULT_SEED: u64 = 0x5EED_F022;
 
-/// The server as `startup` assembles it, around the fuzz backend.
+/// The server as start-up assembles it, around the fuzz backend.
 fn server() -> Server {
-    ApiGate::new(
-        StickyRoutingServer::new(Backend).max_decoding_message_size(MAX_MESSAGE_BYTES),
+    super::server::api(
+        Backend,
         1,
         Shares::default(),
         Arc::new(Metrics::new().unwrap()),

@@ -63,8 +63,8 @@ struct Shared {
     ceilings: Ceilings,
     /// Each class's refusal headers, made once: a refusal must cost far
     /// less than a call, and building a `Status` answer each time
-    /// (percent-encoding its message) cost a seventh of a refusal's
-    /// instructions.
+    /// percent-encodes its message (bench/README.md counts the
+    /// difference).
     shed_headers: [http::HeaderMap; 4],
     metrics: Arc<Metrics>,
 }

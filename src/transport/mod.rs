@@ -1,8 +1,8 @@
 //! The gRPC edge: thin tonic handlers over the store, the protobuf codec,
 //! deadlines, health, the server's connections and the one error-to-`Status`
-//! mapping.
+//! mapping. Which files make the TLS config and who may call the admin
+//! RPCs are [`crate::pki`]'s; serving with them is here.
 
-pub mod admin;
 pub mod codec;
 mod convert;
 pub mod deadline;

@@ -36,10 +36,31 @@ use tonic::service::Routes;
 pub use call::CALL_BOUND;
 pub use retire::{Lifetime, jittered};
 
+use super::gate::ApiGate;
+use super::pb::sticky_routing_server::{StickyRouting, StickyRoutingServer};
 use super::tls::Connection;
+use crate::domain::priority::Shares;
+use crate::telemetry::Metrics;
 
 /// The largest request accepted; real ones are well under 8 KiB.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+
+/// The StickyRouting API as the service serves it, around any `handlers`:
+/// the generated server with the message limit, behind the in-flight gate.
+/// One function, so that the fuzz runs exactly what start-up serves.
+pub fn api<S: StickyRouting>(
+    handlers: S,
+    max_in_flight: usize,
+    shares: Shares,
+    metrics: Arc<Metrics>,
+) -> ApiGate<StickyRoutingServer<S>> {
+    ApiGate::new(
+        StickyRoutingServer::new(handlers).max_decoding_message_size(MAX_MESSAGE_BYTES),
+        max_in_flight,
+        shares,
+        metrics,
+    )
+}
 
 /// Streams per connection beyond the in-flight limit's share: health,
 /// reflection, and calls on their way to being refused.

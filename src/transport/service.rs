@@ -11,20 +11,22 @@ use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 use tracing::{Instrument as _, Span};
 
-use super::admin::AdminClients;
 use super::convert;
 use super::deadline::deadline_of;
 use super::pb;
 use super::pb::sticky_routing_server::StickyRouting;
 use super::status::ApiError;
-use super::tls::ClientIdentity;
 use crate::domain::Rules;
 use crate::domain::counts::Recorded;
 use crate::domain::habits::ordered_habits;
 use crate::domain::pin::choose_pin;
+use crate::pki::{AdminClients, ClientIdentity};
 use crate::record::record_outcome;
 use crate::storage::{RedisStore, StorageError};
-use crate::telemetry::{CallIds, FailureLog, Metrics, Verdict, admission_refusal_label, traces};
+use crate::telemetry::{
+    CallFailure, CallIds, FailureLog, Metrics, PinOutcome, Verdict, WriteOutcome,
+    admission_refusal_label, traces,
+};
 
 /// The service state shared by every call.
 pub struct StickyRoutingService {
@@ -134,12 +136,12 @@ impl StickyRoutingService {
     }
 }
 
-/// The metrics label for a failed call.
-fn error_label(error: &ApiError) -> &'static str {
+/// How a failed call is counted.
+fn failure(error: &ApiError) -> CallFailure {
     match error {
-        ApiError::Invalid(_) => "invalid",
-        ApiError::Storage(_) => "error",
-        ApiError::NotAdmin(_) => "denied",
+        ApiError::Invalid(_) => CallFailure::Invalid,
+        ApiError::Storage(_) => CallFailure::Error,
+        ApiError::NotAdmin(_) => CallFailure::Denied,
     }
 }
 
@@ -155,29 +157,29 @@ impl StickyRouting for StickyRoutingService {
                 traces::record_merchant(&span, cmd.merchant.as_str());
                 // Boxed: the store's futures hold fred's command futures
                 // and run to kilobytes; inline, async_trait's boxing of this
-                // handler copied them whole on every call (callgrind: about
-                // 10 % of a GetPin's instructions were that memcpy).
+                // handler would copy them whole on every call (bench/README.md
+                // counts the copy).
                 // A refusal is not logged: it is routine (a spent budget),
                 // and the metric and the span say which it was.
                 Ok(Box::pin(record_outcome(&self.store, &self.rules, &cmd, deadline)).await?)
             }
             .await;
-            let label = match &result {
+            let outcome = match &result {
                 Ok(Recorded::Applied { pruned, .. }) => {
                     self.metrics.pruned(*pruned);
-                    "applied"
+                    WriteOutcome::Applied
                 }
-                Ok(Recorded::IgnoredNoHabit) => "no_habit",
+                Ok(Recorded::IgnoredNoHabit) => WriteOutcome::NoHabit,
                 Ok(Recorded::NotAdmitted(why)) => {
                     self.metrics.admission_refused(*why);
                     traces::record_admission_refusal(&span, admission_refusal_label(*why));
-                    "not_admitted"
+                    WriteOutcome::NotAdmitted
                 }
-                Ok(Recorded::Duplicate { .. }) => "duplicate",
-                Err(error) => error_label(error),
+                Ok(Recorded::Duplicate { .. }) => WriteOutcome::Duplicate,
+                Err(error) => WriteOutcome::Failed(failure(error)),
             };
-            self.metrics.write(label);
-            traces::record_result(&span, label);
+            self.metrics.write(outcome);
+            traces::record_result(&span, outcome.label());
             result.map(convert::record_response)
         })
         .await
@@ -198,14 +200,14 @@ impl StickyRouting for StickyRoutingService {
                 Ok(choose_pin(&fields, &query))
             }
             .await;
-            let label = match &result {
-                Ok(choice) if choice.pin.is_some() => "pinned",
-                Ok(choice) if choice.candidates.is_empty() => "no_habit",
-                Ok(_) => "vetoed",
-                Err(error) => error_label(error),
+            let outcome = match &result {
+                Ok(choice) if choice.pin.is_some() => PinOutcome::Pinned,
+                Ok(choice) if choice.candidates.is_empty() => PinOutcome::NoHabit,
+                Ok(_) => PinOutcome::Vetoed,
+                Err(error) => PinOutcome::Failed(failure(error)),
             };
-            self.metrics.pin(label);
-            traces::record_result(&span, label);
+            self.metrics.pin(outcome);
+            traces::record_result(&span, outcome.label());
             result.map(convert::pin_response)
         })
         .await

@@ -10,15 +10,13 @@
 //!
 //! The handshake runs in a task of its own ([`incoming`]), so a slow or
 //! silent client delays no other. Each connection carries the identities
-//! its client certificate proved ([`ClientIdentity`]) to the handlers,
+//! its client certificate proved ([`crate::pki::ClientIdentity`]) to the handlers,
 //! which decide who may call the admin RPCs.
 
 mod connection;
-mod files;
 mod incoming;
 mod reload;
 
-pub use connection::{ClientIdentity, Connection};
-pub use files::{ServerTlsFiles, TlsFileKind, TlsFileProblem};
+pub use connection::Connection;
 pub use incoming::{plain_incoming, tls_incoming};
 pub use reload::{RELOAD_INTERVAL, ServerTls};

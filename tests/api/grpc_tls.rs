@@ -8,11 +8,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use sticky_routing::config::Settings;
+use sticky_routing::pki::{AdminClients, ServerTlsFiles};
 use sticky_routing::startup::{Application, StartupError};
-use sticky_routing::transport::admin::AdminClients;
 use sticky_routing::transport::pb;
 use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
-use sticky_routing::transport::tls::{RELOAD_INTERVAL, ServerTlsFiles};
+use sticky_routing::transport::tls::RELOAD_INTERVAL;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::Code;

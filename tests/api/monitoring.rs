@@ -13,7 +13,7 @@
 use std::collections::BTreeSet;
 
 use serde_json::Value;
-use sticky_routing::telemetry::{EXPORTED_METRICS, canonical_name};
+use sticky_routing::telemetry::{EXPORTED_METRICS, PinOutcome, WriteOutcome, canonical_name};
 
 use crate::deploy_files::{deploy_setting, repo_file as read, repo_yaml as yaml};
 
@@ -80,18 +80,10 @@ fn values_of(family: &str, label: &str) -> Option<Vec<&'static str>> {
         ("sticky_routing_rpc_duration_seconds", "rpc") => {
             vec!["GetPin", "RecordOutcome", "GetHabits", "ForgetCustomer"]
         }
-        ("sticky_routing_pins_total", "outcome") => {
-            vec!["pinned", "no_habit", "vetoed", "invalid", "error", "denied"]
+        ("sticky_routing_pins_total", "outcome") => PinOutcome::ALL.map(PinOutcome::label).to_vec(),
+        ("sticky_routing_writes_total", "outcome") => {
+            WriteOutcome::ALL.map(WriteOutcome::label).to_vec()
         }
-        ("sticky_routing_writes_total", "outcome") => vec![
-            "applied",
-            "no_habit",
-            "not_admitted",
-            "duplicate",
-            "invalid",
-            "error",
-            "denied",
-        ],
         ("sticky_routing_refused_calls_total", "reason") => {
             vec!["shed", "undecodable", "over_size"]
         }

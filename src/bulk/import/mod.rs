@@ -72,7 +72,7 @@ pub fn run(args: &[String], env: &HashMap<String, String>) -> ExitCode {
     let args = match args::parse(args) {
         Ok(args) => args,
         Err(None) => {
-            crate::bulk::print_to_stdout(&format!("{}\n", args::USAGE));
+            crate::process::print_to_stdout(&format!("{}\n", args::USAGE));
             return ExitCode::SUCCESS;
         }
         Err(Some(problem)) => {
@@ -203,7 +203,7 @@ async fn import(args: ImportArgs, settings: Settings) -> ExitCode {
         dry_run: args.dry_run,
         complete: matches!(ended, Ended::Complete),
     };
-    crate::bulk::print_to_stdout(&summary.to_string());
+    crate::process::print_to_stdout(&summary.to_string());
     match ended {
         Ended::Complete if run.tally.any_bad() => ExitCode::from(EXIT_BAD_ROWS),
         Ended::Complete => ExitCode::SUCCESS,
@@ -382,7 +382,7 @@ fn watch_signals() -> CancellationToken {
     let stop = CancellationToken::new();
     let flag = stop.clone();
     tokio::spawn(async move {
-        crate::startup::shutdown_signal().await;
+        crate::process::shutdown_signal().await;
         flag.cancel();
     });
     stop

@@ -16,8 +16,8 @@ use tonic::{Code, Status};
 use tower::ServiceExt;
 use tower::util::Oneshot;
 
+use crate::pki::ClientIdentity;
 use crate::transport::deadline::parse_grpc_timeout;
-use crate::transport::tls::ClientIdentity;
 
 /// The longest any call may take on the server, whatever its deadline says
 /// and however slowly its request body arrives: a client that opens streams

@@ -15,8 +15,9 @@ use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::connection::{ClientIdentity, Connection};
+use super::connection::Connection;
 use super::reload::ServerTls;
+use crate::pki::ClientIdentity;
 
 /// The longest a client may take to complete the TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -8,7 +8,7 @@ use arc_swap::ArcSwap;
 use rustls::ServerConfig;
 use tokio_util::sync::CancellationToken;
 
-use super::files::{Contents, ServerTlsFiles, TlsFileProblem, build};
+use crate::pki::{ServerTlsContents, ServerTlsFiles, TlsFileProblem};
 
 /// How often the files are re-read. The contract allows 60 s for new
 /// connections to use a rotated certificate; reading three small files
@@ -21,14 +21,14 @@ pub struct ServerTls {
     current: ArcSwap<ServerConfig>,
     /// What the files held when last read, good or bad: a bad rotation is
     /// logged once, and retried only when the files change again.
-    seen: Mutex<Contents>,
+    seen: Mutex<ServerTlsContents>,
 }
 
 impl ServerTls {
     /// Reads and checks the files; the first config must be good.
     pub fn load(files: ServerTlsFiles) -> Result<Arc<Self>, TlsFileProblem> {
         let contents = files.read()?;
-        let config = build(&contents)?;
+        let config = files.config(&contents)?;
         Ok(Arc::new(Self {
             files,
             current: ArcSwap::new(config),
@@ -62,7 +62,7 @@ impl ServerTls {
         if *seen == contents {
             return false;
         }
-        let swapped = match build(&contents) {
+        let swapped = match self.files.config(&contents) {
             Ok(config) => {
                 self.current.store(config);
                 tracing::info!("TLS files changed: new connections use the new certificate");

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use rustls::pki_types::DnsName;
 
-use super::tls::ClientIdentity;
+use super::ClientIdentity;
 
 /// The admin RPCs' callers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

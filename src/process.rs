@@ -1,0 +1,41 @@
+//! What a command of this binary needs from its process, whichever command
+//! it is (the server, `import`, `export`): the signal that stops it, and a
+//! stdout that a closed pipe does not panic.
+//!
+//! Here, below both the server's wiring and the bulk commands, so that
+//! neither reaches into the other for them.
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+}
+
+/// Writes `text` to stdout, ignoring a closed pipe (`import … | head`):
+/// `print!` would panic there, and what is lost is only the reader's
+/// choice. The exit code still says how the command went.
+pub fn print_to_stdout(text: &str) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush());
+}
