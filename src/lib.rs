@@ -10,8 +10,8 @@
 //! - [`telemetry`]: logs, metrics and traces, and the outcome labels;
 //! - [`storage`]: the Redis adapter, [`storage::RedisStore`], which runs
 //!   the rules atomically against Redis and owns its connection settings;
-//! - [`record`]: the RecordOutcome flow (write, admission, create) over
-//!   the store;
+//! - [`record`]: the RecordOutcome flow (write, admission, create): one
+//!   plan, driven one call at a time here and in batches by the import;
 //! - [`transport`]: thin tonic handlers that turn protobuf into domain types
 //!   and errors into `tonic::Status`, and the server's connections;
 //! - [`config`]: reads every setting once, gathering the declarations of
