@@ -22,7 +22,7 @@ use tonic_health::server::HealthReporter;
 use crate::config::Settings;
 use crate::pki::{AdminClients, TlsFileProblem};
 use crate::record;
-use crate::storage::{ConnectError, RedisStore, redact_url};
+use crate::storage::{ConnectError, RedisStore};
 use crate::telemetry::{FailureLog, Metrics};
 use crate::transport::health::{API_SERVICE, DrainingHealth};
 use crate::transport::server::{GrpcServer, Lifetime};
@@ -120,7 +120,7 @@ impl Application {
         // probe on /metrics.
         store.guard_admission_memory(settings.rules.admission_memory_limit, &tasks);
         metrics.watch_redis_nodes(store.node_readings());
-        let redis_url = redact_url(&settings.redis.url);
+        let redis_url = settings.redis.url.to_string();
         wait_for_redis(&store, &redis_url).await;
 
         let failures = Arc::new(FailureLog::new());

@@ -86,7 +86,7 @@ impl Target {
     ) -> Result<Self, BoxError> {
         let defaults = Settings::defaults();
         let redis = RedisSettings {
-            url: redis_url.to_owned(),
+            url: redis_url.into(),
             pool_size,
             command_timeout: timeout,
             ..defaults.redis

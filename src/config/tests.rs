@@ -30,7 +30,7 @@ fn defaults_match_the_spec() {
     let s = Settings::defaults();
     assert_eq!(s.listen_addr, "0.0.0.0:50051".parse().unwrap());
     assert_eq!(s.metrics_addr, "0.0.0.0:9464".parse().unwrap());
-    assert_eq!(s.redis.url, "redis://127.0.0.1:6379");
+    assert_eq!(s.redis.url.expose(), "redis://127.0.0.1:6379");
     assert_eq!(
         s.redis.pool_size,
         std::thread::available_parallelism().unwrap().get()

@@ -33,6 +33,6 @@ pub use error::{ConnectError, NoAnswer, NotApplied, StorageError};
 pub(crate) use exec::BatchOutcome;
 pub(crate) use ops::{AdmissionRequest, FailureWrite, Op, Reply, SuccessWrite, Times};
 pub use scan::{HashContents, HashScanner, ScanError, ScannedHash};
-pub use settings::{REDIS_SETTINGS, RedisSetting, RedisSettings, Secret, redact_url};
+pub use settings::{REDIS_SETTINGS, RedisSetting, RedisSettings, RedisUrl, Secret, redact_url};
 pub use store::RedisStore;
 pub use tls::{ClientCertFiles, TlsError, TlsFile, TlsFiles};

@@ -16,12 +16,13 @@ use crate::declare::{About, Checker, Fallback, Raw, parse, settings};
 
 use Fallback::{Cpus, Text, Unset};
 
-/// How to reach Redis.
-#[derive(Clone)]
+/// How to reach Redis. `{:?}` shows no secret: the URL and the password
+/// redact themselves.
+#[derive(Clone, Debug)]
 pub struct RedisSettings {
     /// Any URL fred's `Config::from_url` takes: `redis://`, `rediss://`,
     /// `redis-cluster://`, `redis-sentinel://`, `redis+unix://`.
-    pub url: String,
+    pub url: RedisUrl,
     /// ACL user; wins over none in the URL (both set is a config error).
     pub username: Option<String>,
     pub password: Option<Secret>,
@@ -36,18 +37,41 @@ pub struct RedisSettings {
     pub queue_limit: usize,
 }
 
-/// The URL and the password may hold secrets: keep them out of `{:?}`.
-impl std::fmt::Debug for RedisSettings {
+/// A Redis URL. It may hold a password (`redis://user:secret@host`, a
+/// sentinel URL's `sentinelPassword=`), so it shows itself, with `{}` or
+/// `{:?}`, only as [`redact_url`] writes it; [`RedisUrl::expose`] gives the
+/// text itself, for the client that connects.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisUrl(String);
+
+impl RedisUrl {
+    /// The URL itself, secrets and all.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for RedisUrl {
+    fn from(url: String) -> Self {
+        Self(url)
+    }
+}
+
+impl From<&str> for RedisUrl {
+    fn from(url: &str) -> Self {
+        Self(url.to_owned())
+    }
+}
+
+impl std::fmt::Display for RedisUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisSettings")
-            .field("url", &redact_url(&self.url))
-            .field("username", &self.username)
-            .field("password", &self.password)
-            .field("tls", &self.tls)
-            .field("pool_size", &self.pool_size)
-            .field("command_timeout", &self.command_timeout)
-            .field("queue_limit", &self.queue_limit)
-            .finish()
+        f.write_str(&redact_url(&self.0))
+    }
+}
+
+impl std::fmt::Debug for RedisUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", redact_url(&self.0))
     }
 }
 
@@ -96,7 +120,7 @@ impl RedisSettings {
         let command_timeout = c.value(&REDIS_TIMEOUT);
         let queue_limit = c.value(&REDIS_QUEUE_LIMIT);
         let settings = Self {
-            url: url?,
+            url: RedisUrl::from(url?),
             username,
             password,
             tls,
@@ -250,7 +274,7 @@ impl RedisSettings {
     /// unparsable file is reported now rather than at the first connection.
     pub fn problems(&self, name: &dyn Fn(RedisSetting) -> String) -> Vec<String> {
         let mut problems = Vec::new();
-        let url = match parse_url(&self.url) {
+        let url = match parse_url(self.url.expose()) {
             Ok(config) => Some(config),
             Err(why) => {
                 problems.push(format!("{}: {why}", name(RedisSetting::Url)));

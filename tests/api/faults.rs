@@ -91,6 +91,7 @@ fn assert_plain_words(status: &tonic::Status, app: &TestApp) {
         .settings
         .redis
         .url
+        .expose()
         .rsplit(':')
         .next()
         .unwrap()

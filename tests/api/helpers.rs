@@ -139,7 +139,7 @@ pub fn test_settings_for(url: String) -> Settings {
     settings.listen_addr = "127.0.0.1:0".parse().unwrap();
     settings.metrics_addr = "127.0.0.1:0".parse().unwrap();
     settings.health_listen_addr = Some("127.0.0.1:0".parse().unwrap());
-    settings.redis.url = url;
+    settings.redis.url = url.into();
     settings.redis.username = Some(SERVICE_USER.into());
     settings.redis.password = Some(Secret::new(SERVICE_PASSWORD));
     settings.redis.pool_size = 2;

@@ -48,7 +48,7 @@ use tokio_util::task::TaskTracker;
 use crate::bulk::START_WITHIN;
 use crate::config::Settings;
 use crate::domain::import_mark::{FileId, FileIdHasher};
-use crate::storage::{NotApplied, RedisStore, StorageError, redact_url};
+use crate::storage::{NotApplied, RedisStore, StorageError};
 use crate::telemetry::Metrics;
 use apply::Applier;
 use args::ImportArgs;
@@ -297,7 +297,7 @@ async fn connect(settings: &Settings) -> Result<(RedisStore, TaskTracker), Strin
             Err(format!(
                 "Redis at {}: {lacking}; nothing was imported \
                  (deploy/redis-acl.txt lists what the service needs)",
-                redact_url(&redis.url)
+                redis.url
             ))
         }
     }

@@ -43,7 +43,7 @@ use redis_server::{RedisServer, SERVICE_PASSWORD, SERVICE_USER};
 /// Settings for the store: the least-privilege user, a small pool.
 fn test_settings(redis: &RedisServer) -> RedisSettings {
     RedisSettings {
-        url: redis.url(),
+        url: redis.url().into(),
         username: Some(SERVICE_USER.into()),
         password: Some(Secret::new(SERVICE_PASSWORD)),
         tls: None,

@@ -25,7 +25,7 @@ pub(in crate::storage) const CONNECTION_TIMEOUT: Duration = Duration::from_secs(
 /// fred's configuration for `redis`: the URL, with the credentials and TLS
 /// files of their own settings.
 pub(in crate::storage) fn client_config(redis: &RedisSettings) -> Result<Config, ConnectError> {
-    let mut config = Config::from_url(&redis.url).map_err(ConnectError::Url)?;
+    let mut config = Config::from_url(redis.url.expose()).map_err(ConnectError::Url)?;
     if let Some(username) = &redis.username {
         config.username = Some(username.clone());
     }
