@@ -8,14 +8,13 @@ use std::time::Duration;
 
 use sticky_routing::domain::priority::Shares;
 use sticky_routing::telemetry::Metrics;
-use sticky_routing::transport::gate::ApiGate;
-use sticky_routing::transport::pb::sticky_routing_server::{StickyRouting, StickyRoutingServer};
+use sticky_routing::transport::pb::sticky_routing_server::StickyRouting;
 use sticky_routing::transport::pb::{
     ConnectorCount, ForgetCustomerRequest, ForgetCustomerResponse, GetHabitsRequest,
     GetHabitsResponse, GetPinRequest, GetPinResponse, RecordOutcomeRequest, RecordOutcomeResponse,
     RecordResult,
 };
-use sticky_routing::transport::server::{AfterDrain, GrpcServer, Lifetime, MAX_MESSAGE_BYTES};
+use sticky_routing::transport::server::{AfterDrain, GrpcServer, Lifetime, api};
 use sticky_routing::transport::tls::plain_incoming;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -75,8 +74,10 @@ impl StickyRouting for NoopService {
 
 /// Serves the no-op floor on `listener` until the process ends.
 pub async fn serve(listener: TcpListener, max_in_flight: usize) -> Result<(), BoxError> {
-    let service = ApiGate::new(
-        StickyRoutingServer::new(NoopService).max_decoding_message_size(MAX_MESSAGE_BYTES),
+    // The service's own API shape (message limit, in-flight gate), so the
+    // floor differs from the service only in its handlers.
+    let service = api(
+        NoopService,
         max_in_flight,
         Shares::default(),
         Arc::new(Metrics::new()?),
