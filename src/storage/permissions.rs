@@ -17,7 +17,9 @@
 //! - While a node is not known to be fine, each readiness check (500 ms)
 //!   probes it again, so a fixed ACL is seen within one check. Once it is,
 //!   it is probed again at the check after any call there met a refusal
-//!   for want of a permission, and otherwise every [`REPROBE_EVERY`]: so a
+//!   for want of a permission, at the first check that reaches it after
+//!   one that did not (a restart or a failover may bring another ACL), and
+//!   otherwise every [`REPROBE_EVERY`]: so a
 //!   permission revoked while the service runs is seen within one check of
 //!   the first call that meets it. The calls in between get what Redis
 //!   says, which is UNKNOWN for a script stopped part-way.

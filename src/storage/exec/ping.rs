@@ -126,7 +126,13 @@ async fn node_ready(
             metrics.redis_error(error.kind());
         }
     }
-    pinged.inspect_err(|error| metrics.redis_error(error.kind()))?;
+    pinged.inspect_err(|error| {
+        metrics.redis_error(error.kind());
+        // A node that did not answer may come back another process (a
+        // restart, a failover) with another ACL: the first check that
+        // reaches it again probes.
+        guard.permissions.suspect();
+    })?;
     guard.permissions.readiness()
 }
 
