@@ -189,3 +189,25 @@ async fn import_with_a_user_lacking_a_permission_stops_before_the_first_row() {
     );
     assert_eq!(redis_cli(port, &["DBSIZE"]).trim(), "0");
 }
+
+#[tokio::test]
+async fn a_node_that_comes_back_after_an_outage_is_probed_again() {
+    let app = spawn_app().await;
+    // Revoked while no call meets it: nothing makes the service look again
+    // for 30 s...
+    set_service_user(&app, &["-expire"]).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(app.health_status(API).await, SERVING);
+    // ...but a node that stopped answering may come back with another ACL.
+    app.redis.signal("-STOP");
+    app.wait_until_ready(false).await;
+    app.redis.signal("-CONT");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_ne!(
+        app.health_status(API).await,
+        SERVING,
+        "the first check that reached Redis again did not probe"
+    );
+    let refused = app.record(new_customer("c1")).await.unwrap_err();
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+}
