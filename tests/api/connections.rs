@@ -11,7 +11,7 @@ use sticky_routing::transport::pb;
 use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
 
 use crate::frames::{GOAWAY, MAX_STREAM_ID, PING, Wire, unary};
-use crate::helpers::*;
+use crate::support::*;
 
 const GET_PIN: &str = "/sticky_routing.v1.StickyRouting/GetPin";
 const RECORD_OUTCOME: &str = "/sticky_routing.v1.StickyRouting/RecordOutcome";

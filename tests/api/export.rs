@@ -18,9 +18,9 @@ use fred::prelude::{HashesInterface, KeysInterface, Value};
 use rstest::rstest;
 use sticky_routing::transport::pb;
 
-use crate::helpers::*;
-use crate::import::{HEADER, Target, file_with};
-use crate::redis_server::{EXPORT_PASSWORD, EXPORT_USER};
+use crate::support::import::{HEADER, Target, file_with};
+use crate::support::*;
+use test_support::redis_server::{EXPORT_PASSWORD, EXPORT_USER};
 
 /// One exported row: merchant, customer, PM, PMT, connector, outcome, count.
 type Row = (String, String, String, String, String, String, i64);

@@ -119,11 +119,7 @@ impl RedisServer {
     /// connections but answers nothing, like a Redis stuck on a slow command.
     pub fn signal(&self, signal: &str) {
         let pid = self.child.as_ref().expect("redis is running").id();
-        let status = Command::new("kill")
-            .args([signal, &pid.to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
+        crate::signal::send(pid, signal);
     }
 }
 
@@ -133,24 +129,6 @@ impl Drop for RedisServer {
             self.signal("-CONT");
         }
         self.stop();
-    }
-}
-
-/// Calls `probe` every `every` until it gives a value, and returns it;
-/// fails the test with `what` if `within` passes first.
-pub fn wait_for<T>(
-    within: Duration,
-    every: Duration,
-    what: &str,
-    mut probe: impl FnMut() -> Option<T>,
-) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(value) = probe() {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "{what}");
-        std::thread::sleep(every);
     }
 }
 
