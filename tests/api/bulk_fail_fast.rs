@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use rstest::rstest;
 
-use crate::export::export_command;
-use crate::support::import::HEADER;
+use crate::support::bulk::HEADER;
+use crate::support::bulk::export_command;
 use crate::support::{
     RedisFailure, RedisServer, SERVICE_PASSWORD, SERVICE_USER, bulk_gives_up_within, drain, fill,
     free_port, service_binary, until_while_running,

@@ -19,7 +19,7 @@ use sticky_routing::transport::pb;
 use tokio::sync::watch;
 use tonic::Code;
 
-use crate::load::{self, Failure, LoadReport};
+use crate::support::load::{self, Failure, LoadReport};
 use crate::support::*;
 use test_support::redis_cluster::{owned_slots, role};
 use test_support::redis_server::redis_cli;

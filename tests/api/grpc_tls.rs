@@ -19,7 +19,7 @@ use tonic::Code;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use tonic_health::pb::health_client::HealthClient;
 
-use crate::frames::{MAX_STREAM_ID, Wire};
+use crate::support::frames::{MAX_STREAM_ID, Wire};
 use crate::support::*;
 use rustls::pki_types::pem::PemObject;
 use test_support::pki::Pki;

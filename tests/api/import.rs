@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
 
-use crate::support::import::*;
+use crate::support::bulk::*;
 use crate::support::{Topology, service_binary};
 
 #[tokio::test]
@@ -312,7 +312,7 @@ async fn ctrl_c_stops_cleanly_and_the_resume_reaches_the_same_state() {
     // a signal then stops it with nothing applied.
     let port = target.redis.data_ports()[0];
     let writing = crate::support::until_while_running(&mut child, Duration::from_secs(30), || {
-        crate::support::import::keys(port) > 0
+        crate::support::bulk::keys(port) > 0
     });
     assert!(writing.await, "the import never wrote");
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -6,7 +6,7 @@
 use rstest::rstest;
 
 use crate::support::Topology;
-use crate::support::import::{HEADER, Target, file_with, summary_count};
+use crate::support::bulk::{HEADER, Target, file_with, summary_count};
 use test_support::redis_server::redis_cli;
 
 /// `rows` successes of 2 for customer c1 of m1, with attempt ids or not:

@@ -11,7 +11,7 @@ use sticky_routing::domain::keys::customer_key;
 use tokio::process::Child;
 use tokio::task::JoinHandle;
 
-use crate::support::import::{
+use crate::support::bulk::{
     COMBOS, HEADER, Model, Rng, Target, generated, info, keys, resume_hint, script_calls,
     summary_count,
 };
@@ -235,7 +235,7 @@ async fn redis_failing_mid_import_is_exit_2_in_time_and_the_resume_reaches_the_m
 ) {
     const CAP: usize = 4;
     let (text, rows) = replay_safe(6_000, 12, CAP, 0xdead);
-    let (_dir, path) = crate::support::import::file_with("history.csv", &text);
+    let (_dir, path) = crate::support::bulk::file_with("history.csv", &text);
     // Every write Redis answered is on disk before the answer leaves it, so
     // a killed server comes back with at least what the import saw applied.
     let durable = ServerOptions {
@@ -336,7 +336,7 @@ async fn scripts_flushed_mid_import_are_sent_again_and_the_state_is_exact() {
     let target = Target::start(Topology::Single).await;
     let port = target.redis.data_ports()[0];
     let (text, model) = generated(150_000, 5_000, 4, 0xf1a5);
-    let (_dir, path) = crate::support::import::file_with("history.csv", &text);
+    let (_dir, path) = crate::support::bulk::file_with("history.csv", &text);
     let limits = [("STICKY_ROUTING_MAX_COMBOS_PER_CUSTOMER", "4")];
     let (mut child, stdout, stderr) = spawn_import(&target, &limits, &path);
     let cached = || info(port, "memory", "number_of_cached_scripts").unwrap_or(0) > 0;

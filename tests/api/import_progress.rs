@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
-use crate::support::import::script_calls;
-use crate::support::import::{Target, generated};
+use crate::support::bulk::script_calls;
+use crate::support::bulk::{Target, generated};
 use crate::support::{Topology, drain, service_binary, spawn_piped, until_while_running};
 
 /// Lines of a child's stderr as they come.

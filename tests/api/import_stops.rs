@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use rstest::rstest;
 use tokio::io::AsyncWriteExt;
 
-use crate::support::import::{HEADER, Target, resume_hint};
+use crate::support::bulk::{HEADER, Target, resume_hint};
 use crate::support::{Topology, drain, send_to_child, service_binary, spawn_piped};
 
 /// A signal while the import waits for more input (stdin open, no bytes

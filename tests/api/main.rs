@@ -4,8 +4,8 @@
 // A failed expectation in a test should panic with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-// The app harness (spawn_app, the bulk commands); the processes it runs
-// come from the test-support crate.
+// The app harness (spawn_app, the bulk commands, the wire, the load); the
+// processes it runs come from the test-support crate.
 mod support;
 
 mod admission;
@@ -18,20 +18,17 @@ mod exactly_once;
 mod export;
 mod failover;
 mod faults;
-mod frames;
 mod get_pin;
 mod grpc_tls;
 mod habits;
 mod health;
 mod health_veto;
-mod held_calls;
 mod import;
 mod import_exact;
 mod import_failures;
 mod import_progress;
 mod import_stops;
 mod least_privilege;
-mod load;
 mod observability;
 mod overload;
 mod permissions;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use sticky_routing::transport::pb;
 use tonic::Code;
 
-use crate::held_calls::{behind_a_proxy, new_connection, wait_for_commands};
+use crate::support::held_calls::{behind_a_proxy, new_connection, wait_for_commands};
 use crate::support::*;
 use test_support::fault_proxy::Replies;
 

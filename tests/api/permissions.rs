@@ -13,7 +13,7 @@ use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
 use tonic::Code;
 use tonic_health::pb::health_client::HealthClient;
 
-use crate::support::import::{HEADER, Target, file_with};
+use crate::support::bulk::{HEADER, Target, file_with};
 use crate::support::*;
 
 /// `ACL SETUSER` for the service's user on every node that holds data.

@@ -7,7 +7,10 @@
 //! [`Topology`] and run on both, so every rule is proven on a single node and
 //! on Cluster.
 
-pub mod import;
+pub mod bulk;
+pub mod frames;
+pub mod held_calls;
+pub mod load;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

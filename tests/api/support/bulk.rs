@@ -11,6 +11,7 @@ use fred::prelude::{Builder, ClientLike, Config, HashesInterface};
 use sticky_routing::domain::attempts::is_bookkeeping;
 use sticky_routing::domain::ids::{CustomerId, MerchantId};
 use sticky_routing::domain::keys::customer_key;
+use test_support::redis_server::{EXPORT_PASSWORD, EXPORT_USER};
 use tokio::io::AsyncWriteExt;
 
 use crate::support::{
@@ -275,4 +276,16 @@ pub(crate) fn info(port: u16, section: &str, name: &str) -> Option<u64> {
             let value = value.split(',').next()?;
             value.rsplit('=').next()?.trim().parse().ok()
         })
+}
+
+/// `sticky-routing export args…` against `url` as the export user.
+pub(crate) fn export_command(url: String, args: &[&str]) -> tokio::process::Command {
+    let vars = [
+        ("STICKY_ROUTING_REDIS_URL", url),
+        ("STICKY_ROUTING_REDIS_USERNAME", EXPORT_USER.to_owned()),
+        ("STICKY_ROUTING_REDIS_PASSWORD", EXPORT_PASSWORD.to_owned()),
+    ];
+    let mut command = service_binary(&vars);
+    command.arg("export").args(args);
+    command
 }
