@@ -5,13 +5,14 @@
 run:
 	scripts/run-local.sh
 
-# The whole suite: unit, property and integration tests on real Redis, then
-# the benchmark kit's own unit tests (a separate build, so the service's
-# tests run with exactly the service's features).
+# The whole suite: unit, property and integration tests on real Redis and
+# the repository checks (tests/repo), then the benchmark kit's and the test
+# harness's own tests (a separate build, so the service's tests run with
+# exactly the service's features).
 test:
 	scripts/ensure-redis.sh
 	cargo test --locked
-	cargo test --locked -p sticky-bench
+	cargo test --locked -p sticky-bench -p test-support
 
 # The long fuzz of the gRPC edge (src/transport/fuzz.rs): a million cases
 # through decode, validation, key encoding and the answer, in release; no

@@ -11,11 +11,10 @@ RUNS=${RUNS:-5}
 CUSTOMERS=${CUSTOMERS:-50000}
 BIN=${BIN:-target/release/sticky-routing}
 work=$(mktemp -d)
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-redis-server --port "$port" --save '' --appendonly no --dir "$work" >"$work/redis.log" 2>&1 &
-redis_pid=$!
-trap 'kill $redis_pid 2>/dev/null; rm -rf "$work"' EXIT
-for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+. "$(dirname "$0")/lib/local-redis.sh"
+port=$(free_port)
+trap 'kill ${redis_pid:-} 2>/dev/null; rm -rf "$work"' EXIT
+start_redis "$port" "$work" "$work/redis.log"
 
 python3 bench/import/gen_rows.py "$ROWS" --customers "$CUSTOMERS" >"$work/rows.csv"
 export STICKY_ROUTING_REDIS_URL="redis://127.0.0.1:$port"

@@ -35,7 +35,7 @@ YAML
 
 # Validates one rendering; fails on any error, and on any object it has no
 # schema for other than the Prometheus Operator's (their CRDs are not
-# Kubernetes'; tests/api/monitoring.rs checks the PodMonitor instead).
+# Kubernetes'; tests/repo/monitoring.rs checks the PodMonitor instead).
 validate() {
   local out
   if ! out="$("$bin/kubernetes-validate" --strict --quiet -k "$KUBERNETES_VERSION" "$1" 2>&1)"; then

@@ -17,12 +17,11 @@ scripts/ensure-redis.sh
 TPS=${TPS:-5000}
 ROUNDS=${ROUNDS:-3}
 REQUESTS=${REQUESTS:-200000}
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+. scripts/lib/local-redis.sh
+port=$(free_port)
 dir=$(mktemp -d)
-redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save '' --appendonly no >/dev/null 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null; rm -rf "$dir"' EXIT
-until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
+trap 'kill ${redis_pid:-} 2>/dev/null; rm -rf "$dir"' EXIT
+start_redis "$port" "$dir"
 cli() { redis-cli -p "$port" "$@"; }
 
 sha=$(cli SCRIPT LOAD "$(cat src/storage/scripts/admit.lua)")

@@ -5,12 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+. scripts/lib/local-redis.sh
+port=$(free_port)
 dir=$(mktemp -d)
-redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save '' --appendonly no --daemonize no >/dev/null 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null; rm -rf "$dir"' EXIT
-until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
+trap 'kill ${redis_pid:-} 2>/dev/null; rm -rf "$dir"' EXIT
+start_redis "$port" "$dir"
 cli() { redis-cli -p "$port" "$@"; }
 
 # merchant_123 / cus_0123456789abcdef, escaped as the service does.

@@ -16,10 +16,9 @@ if (exec 3<>"/dev/tcp/127.0.0.1/${port}") 2>/dev/null; then
   echo "using the Redis already listening on 127.0.0.1:${port}" >&2
 else
   data_dir="$(mktemp -d)"
-  redis-server --port "${port}" --bind 127.0.0.1 --dir "${data_dir}" --save '' --appendonly no \
-    --daemonize no >"${data_dir}/redis.log" 2>&1 &
-  redis_pid=$!
-  trap 'kill "${redis_pid}" 2>/dev/null || true; rm -rf "${data_dir}"' EXIT
+  . scripts/lib/local-redis.sh
+  trap 'kill "${redis_pid:-}" 2>/dev/null || true; rm -rf "${data_dir}"' EXIT
+  start_redis "${port}" "${data_dir}" "${data_dir}/redis.log"
   echo "started redis-server on 127.0.0.1:${port} (pid ${redis_pid})" >&2
 fi
 

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use test_support::redis_server::throwaway_args;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tonic::transport::Channel;
@@ -84,10 +85,9 @@ pub async fn start_redis_on(
 ) -> Result<Proc, BoxError> {
     let addr = free_addr()?;
     let child = command(redis_server, cpus)
-        .args(["--bind", "127.0.0.1", "--port", &addr.port().to_string()])
-        .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-        .arg("--dir")
-        .arg(dir)
+        .args(["--port", &addr.port().to_string()])
+        .args(throwaway_args(dir))
+        .args(["--daemonize", "no"])
         .arg("--logfile")
         .arg(dir.join("redis.log"))
         .stdout(Stdio::null())

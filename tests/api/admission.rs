@@ -11,7 +11,7 @@ use sticky_routing::transport::pb;
 
 use rstest::rstest;
 
-use crate::helpers::*;
+use crate::support::*;
 
 /// An app whose default budget is `default`, with `overrides` per merchant.
 async fn app_with_budget(topology: Topology, default: u64, overrides: &[(&str, u64)]) -> TestApp {

@@ -12,9 +12,9 @@ use sticky_routing::config::Settings;
 use sticky_routing::domain::memory_guard::MemoryLimit;
 use sticky_routing::domain::percent::Percent;
 
-use crate::helpers::*;
-use crate::redis_cluster::owned_slots;
-use crate::redis_server::redis_cli;
+use crate::support::*;
+use test_support::redis_cluster::owned_slots;
+use test_support::redis_server::redis_cli;
 
 /// What the contract allows between `used_memory` crossing the limit and
 /// new customers being refused (or admitted again).
@@ -315,12 +315,7 @@ async fn the_log_says_once_when_there_is_no_limit_and_when_the_guard_engages_and
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     set_maxmemory(port, info_memory(port, "used_memory") * 4);
     tokio::time::sleep(Duration::from_millis(2_500)).await;
-    let pid = child.id().unwrap().to_string();
-    let killed = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    test_support::signal::send_to_child(&child, "-TERM");
     let output = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
         .await
         .expect("the binary did not stop")

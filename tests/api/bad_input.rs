@@ -13,7 +13,7 @@ use tonic::{Code, Status};
 use rstest::rstest;
 use std::time::Duration;
 
-use crate::helpers::*;
+use crate::support::*;
 
 /// A valid RecordOutcome, for a case to spoil one field of.
 fn good(kind: pb::Outcome) -> pb::RecordOutcomeRequest {

@@ -14,12 +14,12 @@ use std::time::{Duration, Instant};
 
 use rstest::rstest;
 
-use crate::export::export_command;
-use crate::helpers::{
+use crate::support::bulk::HEADER;
+use crate::support::bulk::export_command;
+use crate::support::{
     RedisFailure, RedisServer, SERVICE_PASSWORD, SERVICE_USER, bulk_gives_up_within, drain, fill,
     free_port, service_binary, until_while_running,
 };
-use crate::import::HEADER;
 
 /// How soon a bulk command must give up on a Redis it cannot reach at all.
 const UNREACHABLE_WITHIN: Duration = Duration::from_secs(5);

@@ -9,7 +9,7 @@ use sticky_routing::transport::pb;
 
 use rstest::rstest;
 
-use crate::helpers::*;
+use crate::support::*;
 
 /// The combo every test here hammers: customer c1 of m1, INTERAC/RTP/GIGADAT.
 const KEY: &str = "sticky_gw_m1_c1";

@@ -3,15 +3,15 @@
 //! reconnect and spread over the pods an autoscaler added since they
 //! connected; no call in flight is lost to it, and only a stream still open
 //! a grace later is cut. A stream whose request never finishes arriving is
-//! ended. The frames are read off the wire ([`crate::frames`]).
+//! ended. The frames are read off the wire ([`crate::support::frames`]).
 
 use std::time::{Duration, Instant};
 
 use sticky_routing::transport::pb;
 use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
 
-use crate::frames::{GOAWAY, MAX_STREAM_ID, PING, Wire, unary};
-use crate::helpers::*;
+use crate::support::frames::{GOAWAY, MAX_STREAM_ID, PING, Wire, unary};
+use crate::support::*;
 
 const GET_PIN: &str = "/sticky_routing.v1.StickyRouting/GetPin";
 const RECORD_OUTCOME: &str = "/sticky_routing.v1.StickyRouting/RecordOutcome";
@@ -20,7 +20,11 @@ const RECORD_OUTCOME: &str = "/sticky_routing.v1.StickyRouting/RecordOutcome";
 const SCHEDULING: Duration = Duration::from_millis(500);
 
 /// Waits until `wire` has seen `count` GOAWAY frames, for at most `within`.
-async fn until_goaways(wire: &Wire, count: usize, within: Duration) -> Vec<crate::frames::Frame> {
+async fn until_goaways(
+    wire: &Wire,
+    count: usize,
+    within: Duration,
+) -> Vec<crate::support::frames::Frame> {
     let started = Instant::now();
     loop {
         let seen = wire.goaways();

@@ -9,7 +9,7 @@ use fred::prelude::{HashesInterface, KeysInterface};
 use rstest::rstest;
 use sticky_routing::transport::pb;
 
-use crate::helpers::*;
+use crate::support::*;
 
 const KEY: &str = "sticky_gw_m1_c1";
 

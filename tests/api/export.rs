@@ -18,9 +18,8 @@ use fred::prelude::{HashesInterface, KeysInterface, Value};
 use rstest::rstest;
 use sticky_routing::transport::pb;
 
-use crate::helpers::*;
-use crate::import::{HEADER, Target, file_with};
-use crate::redis_server::{EXPORT_PASSWORD, EXPORT_USER};
+use crate::support::bulk::{HEADER, Target, export_command, file_with};
+use crate::support::*;
 
 /// One exported row: merchant, customer, PM, PMT, connector, outcome, count.
 type Row = (String, String, String, String, String, String, i64);
@@ -65,18 +64,6 @@ async fn populate(app: &TestApp) -> Vec<Row> {
     }
     expected.sort();
     expected
-}
-
-/// `sticky-routing export args…` against `url` as the export user.
-pub(crate) fn export_command(url: String, args: &[&str]) -> tokio::process::Command {
-    let vars = [
-        ("STICKY_ROUTING_REDIS_URL", url),
-        ("STICKY_ROUTING_REDIS_USERNAME", EXPORT_USER.to_owned()),
-        ("STICKY_ROUTING_REDIS_PASSWORD", EXPORT_PASSWORD.to_owned()),
-    ];
-    let mut command = service_binary(&vars);
-    command.arg("export").args(args);
-    command
 }
 
 /// Runs `sticky-routing export args…` against `url` as the export user.

@@ -19,10 +19,11 @@ use sticky_routing::transport::pb;
 use tokio::sync::watch;
 use tonic::Code;
 
-use crate::helpers::*;
-use crate::load::{self, Failure, LoadReport};
-use crate::redis_cluster::{owned_slots, role};
-use crate::redis_server::{redis_cli, wait_for};
+use crate::support::load::{self, Failure, LoadReport};
+use crate::support::*;
+use test_support::redis_cluster::{owned_slots, role};
+use test_support::redis_server::redis_cli;
+use test_support::wait::wait_for;
 
 const CUSTOMERS: usize = 300;
 const WORKERS: usize = 8;

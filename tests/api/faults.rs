@@ -18,8 +18,8 @@ use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
 use tonic::Code;
 use tonic::transport::Channel;
 
-use crate::fault_proxy::{FaultProxy, Replies};
-use crate::helpers::*;
+use crate::support::*;
+use test_support::fault_proxy::{FaultProxy, Replies};
 
 const REDIS_TIMEOUT: Duration = Duration::from_millis(300);
 /// How late an answer may be, past the bound it should meet, on a busy

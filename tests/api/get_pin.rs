@@ -5,7 +5,7 @@ use fred::prelude::KeysInterface;
 
 use rstest::rstest;
 
-use crate::helpers::*;
+use crate::support::*;
 
 async fn counts(app: &TestApp, customer: &str, pairs: &[(&str, usize)]) {
     for (connector, times) in pairs {

@@ -19,10 +19,10 @@ use tonic::Code;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use tonic_health::pb::health_client::HealthClient;
 
-use crate::frames::{MAX_STREAM_ID, Wire};
-use crate::helpers::*;
-use crate::pki::Pki;
+use crate::support::frames::{MAX_STREAM_ID, Wire};
+use crate::support::*;
 use rustls::pki_types::pem::PemObject;
+use test_support::pki::Pki;
 
 /// `server-ca` signs the server's certificate and `clients-ca` the
 /// clients'; `other-ca` signs a client that must be refused, whose

@@ -4,7 +4,7 @@ use sticky_routing::transport::pb;
 
 use rstest::rstest;
 
-use crate::helpers::*;
+use crate::support::*;
 
 fn habits_request(customer: &str) -> pb::GetHabitsRequest {
     pb::GetHabitsRequest {

@@ -13,10 +13,10 @@ use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
 use tokio_util::task::TaskTracker;
 use tonic::{Code, Status};
 
-use crate::deploy_files::deploy_setting;
-use crate::helpers::*;
-use crate::redis_cluster::owned_slots;
-use crate::redis_server::redis_cli;
+use crate::support::*;
+use test_support::redis_cluster::owned_slots;
+use test_support::redis_server::redis_cli;
+use test_support::repo::deploy_setting;
 
 /// Runs `call`, bounded so a hang fails the test, and returns its result with
 /// how long it took.

@@ -9,7 +9,7 @@ use sticky_routing::domain::pin::ScoreRatio;
 use sticky_routing::transport::pb;
 use tonic::Code;
 
-use crate::helpers::*;
+use crate::support::*;
 
 /// c1 has GIGADAT 3, LOONIO 2, PAYSAFE 1.
 async fn habits(app: &TestApp) {

@@ -2,253 +2,13 @@
 //! it leaves, its reports and exit codes, resuming, re-runs, stdin, Ctrl-C,
 //! admission, and Cluster.
 
-use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::process::Stdio;
 use std::time::Duration;
 
-use fred::prelude::{Builder, ClientLike, Config, HashesInterface};
-use sticky_routing::domain::attempts::is_bookkeeping;
-use sticky_routing::domain::ids::{CustomerId, MerchantId};
-use sticky_routing::domain::keys::customer_key;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 
-use crate::helpers::{SERVICE_PASSWORD, SERVICE_USER, TestRedis, Topology, service_binary};
-
-pub(crate) const HEADER: &str = "merchant_id,customer_id,payment_method,payment_method_type,connector,outcome,count,attempt_id\n";
-
-/// What one run of the binary did.
-pub(crate) struct Ran {
-    pub code: i32,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-/// A test's Redis.
-pub(crate) struct Target {
-    pub redis: TestRedis,
-}
-
-impl Target {
-    pub async fn start(topology: Topology) -> Self {
-        Self {
-            redis: TestRedis::start(topology),
-        }
-    }
-
-    pub fn vars(&self, extra: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
-        let mut vars = vec![
-            ("STICKY_ROUTING_REDIS_URL", self.redis.url()),
-            ("STICKY_ROUTING_REDIS_USERNAME", SERVICE_USER.into()),
-            ("STICKY_ROUTING_REDIS_PASSWORD", SERVICE_PASSWORD.into()),
-        ];
-        vars.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
-        vars
-    }
-
-    /// Runs `sticky-routing import ARGS` with the settings `extra`.
-    pub async fn import(&self, args: &[&str], extra: &[(&'static str, &str)]) -> Ran {
-        import_with(&self.vars(extra), args, None).await
-    }
-
-    /// Every customer hash: key → combo → count (attempts left out).
-    pub async fn state(&self) -> BTreeMap<String, BTreeMap<String, i64>> {
-        let mut state = BTreeMap::new();
-        for port in self.redis.data_ports() {
-            let node = Builder::from_config(
-                Config::from_url(&format!("redis://127.0.0.1:{port}")).unwrap(),
-            )
-            .build()
-            .unwrap();
-            node.init().await.unwrap();
-            let cmd = fred::types::CustomCommand::new("KEYS", None::<u16>, false);
-            let keys: Vec<String> = node.custom(cmd, vec!["sticky_gw_*"]).await.unwrap();
-            for key in keys {
-                // Bytes: the attempts bookkeeping is binary.
-                let fields: BTreeMap<String, fred::bytes::Bytes> =
-                    node.hgetall(&key).await.unwrap();
-                let combos = fields
-                    .into_iter()
-                    .filter(|(f, _)| !is_bookkeeping(f))
-                    .map(|(f, v)| (f, std::str::from_utf8(&v).unwrap().parse().unwrap()))
-                    .collect();
-                state.insert(key, combos);
-            }
-            let _ = node.quit().await;
-        }
-        state
-    }
-}
-
-pub(crate) async fn import_with(
-    vars: &[(&'static str, String)],
-    args: &[&str],
-    stdin: Option<&[u8]>,
-) -> Ran {
-    let mut command = service_binary(vars);
-    command.arg("import").args(args);
-    command.stdout(Stdio::piped()).stderr(Stdio::piped());
-    if stdin.is_some() {
-        command.stdin(Stdio::piped());
-    }
-    let mut child = command.spawn().unwrap();
-    if let Some(bytes) = stdin {
-        let mut input = child.stdin.take().unwrap();
-        input.write_all(bytes).await.unwrap();
-        drop(input);
-    }
-    let output = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
-        .await
-        .expect("the import ends")
-        .unwrap();
-    Ran {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
-}
-
-pub(crate) fn file_with(name: &str, text: &str) -> (tempfile::TempDir, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join(name);
-    std::fs::File::create(&path)
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    (dir, path.to_string_lossy().into_owned())
-}
-
-/// The number on the summary line that starts with `name`.
-pub(crate) fn summary_count(ran: &Ran, name: &str) -> u64 {
-    ran.stdout
-        .lines()
-        .find_map(|line| {
-            line.trim()
-                .strip_prefix(name)?
-                .split_whitespace()
-                .last()?
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no `{name}` in the summary:\n{}", ran.stdout))
-}
-
-/// N of the `resume with --skip N` an import printed on `stderr`.
-pub(crate) fn resume_hint(stderr: &str) -> u64 {
-    stderr
-        .split("resume with --skip ")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no resume hint in:\n{stderr}"))
-}
-
-/// A small deterministic generator (xorshift), so a failure replays.
-pub(crate) struct Rng(pub u64);
-
-impl Rng {
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
-pub(crate) const COMBOS: [(&str, &str, &str); 6] = [
-    ("card", "credit", "stripe"),
-    ("card", "credit", "adyen"),
-    ("card", "debit", "adyen"),
-    ("interac", "rtp", "GIGADAT"),
-    ("interac", "rtp", "LOONIO"),
-    ("wallet", "apple", "stripe"),
-];
-
-/// `rows` random rows over `customers` customers of 7 merchants, and what
-/// the rules make of them with a cap of `cap` combos (the test's model:
-/// success adds, failure subtracts down to deletion, a new combo past the
-/// cap prunes the lowest counts, ties bytewise, never the one written).
-pub(crate) fn generated(rows: usize, customers: u64, cap: usize, seed: u64) -> (String, Model) {
-    let mut rng = Rng(seed);
-    let mut text = String::from(HEADER);
-    let mut model = Model::default();
-    for _ in 0..rows {
-        let customer = rng.below(customers);
-        let merchant = format!("merchant_{}", customer % 7);
-        let customer = format!("cus_{customer}");
-        let (pm, pmt, connector) = COMBOS[rng.below(6) as usize];
-        let success = rng.below(10) < 6;
-        let count = 1 + rng.below(4) as i64;
-        let shown_count = if count == 1 && rng.below(2) == 0 {
-            String::new()
-        } else {
-            count.to_string()
-        };
-        text.push_str(&format!(
-            "{merchant},{customer},{pm},{pmt},{connector},{},{shown_count},\n",
-            if success {
-                "success"
-            } else {
-                "gateway_failure"
-            }
-        ));
-        let field = format!("{}:{}:{connector}", pm.to_uppercase(), pmt.to_uppercase());
-        model.apply(
-            &merchant,
-            &customer,
-            &field,
-            if success { count } else { -count },
-            cap,
-        );
-    }
-    (text, model)
-}
-
-pub(crate) type Model = ModelState;
-
-#[derive(Default)]
-pub(crate) struct ModelState(pub BTreeMap<String, BTreeMap<String, i64>>);
-
-impl ModelState {
-    pub fn apply(&mut self, merchant: &str, customer: &str, field: &str, delta: i64, cap: usize) {
-        let key = customer_key(
-            &MerchantId::parse(merchant).unwrap(),
-            &CustomerId::parse(customer).unwrap(),
-        )
-        .as_str()
-        .to_owned();
-        if delta < 0 {
-            let Some(hash) = self.0.get_mut(&key) else {
-                return;
-            };
-            let Some(count) = hash.get_mut(field) else {
-                return;
-            };
-            *count += delta;
-            if *count <= 0 {
-                hash.remove(field);
-            }
-            if hash.is_empty() {
-                self.0.remove(&key);
-            }
-            return;
-        }
-        let hash = self.0.entry(key).or_default();
-        let new = !hash.contains_key(field);
-        *hash.entry(field.to_owned()).or_default() += delta;
-        if new && hash.len() > cap {
-            let mut others: Vec<(i64, String)> = hash
-                .iter()
-                .filter(|(f, _)| f.as_str() != field)
-                .map(|(f, c)| (*c, f.clone()))
-                .collect();
-            others.sort();
-            for (_, victim) in others.into_iter().take(hash.len() - cap) {
-                hash.remove(&victim);
-            }
-        }
-    }
-}
+use crate::support::bulk::*;
+use crate::support::{Topology, service_binary};
 
 #[tokio::test]
 async fn a_hundred_thousand_rows_leave_exactly_the_state_the_rules_predict() {
@@ -352,7 +112,7 @@ async fn a_dry_run_writes_nothing_and_needs_no_redis() {
     // Nothing listens on this port.
     let vars = [(
         "STICKY_ROUTING_REDIS_URL",
-        format!("redis://127.0.0.1:{}", crate::helpers::free_port()),
+        format!("redis://127.0.0.1:{}", crate::support::free_port()),
     )];
     let ran = import_with(&vars, &["--dry-run", &path], None).await;
     assert_eq!(ran.code, 1, "{}{}", ran.stdout, ran.stderr);
@@ -453,7 +213,7 @@ async fn unreachable_redis_is_exit_2_with_a_clear_message() {
     let (_dir, path) = file_with("rows.csv", &text);
     let vars = [(
         "STICKY_ROUTING_REDIS_URL",
-        format!("redis://127.0.0.1:{}", crate::helpers::free_port()),
+        format!("redis://127.0.0.1:{}", crate::support::free_port()),
     )];
     let ran = import_with(&vars, &[&path], None).await;
     assert_eq!(ran.code, 2, "{}{}", ran.stdout, ran.stderr);
@@ -551,19 +311,12 @@ async fn ctrl_c_stops_cleanly_and_the_resume_reaches_the_same_state() {
     // Once it writes: before, it hashes the file (the mark's identity), and
     // a signal then stops it with nothing applied.
     let port = target.redis.data_ports()[0];
-    let writing = crate::helpers::until_while_running(&mut child, Duration::from_secs(30), || {
-        crate::import_failures::keys(port) > 0
+    let writing = crate::support::until_while_running(&mut child, Duration::from_secs(30), || {
+        crate::support::bulk::keys(port) > 0
     });
     assert!(writing.await, "the import never wrote");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let pid = child.id().unwrap().to_string();
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-INT", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    test_support::signal::send_to_child(&child, "-INT");
     let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
         .await
         .unwrap()

@@ -5,9 +5,9 @@
 
 use rstest::rstest;
 
-use crate::helpers::Topology;
-use crate::import::{HEADER, Target, file_with, summary_count};
-use crate::redis_server::redis_cli;
+use crate::support::Topology;
+use crate::support::bulk::{HEADER, Target, file_with, summary_count};
+use test_support::redis_server::redis_cli;
 
 /// `rows` successes of 2 for customer c1 of m1, with attempt ids or not:
 /// more than the 8 attempts a hash remembers.

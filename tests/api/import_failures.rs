@@ -11,12 +11,15 @@ use sticky_routing::domain::keys::customer_key;
 use tokio::process::Child;
 use tokio::task::JoinHandle;
 
-use crate::helpers::{
+use crate::support::bulk::{
+    COMBOS, HEADER, Model, Rng, Target, generated, info, keys, resume_hint, script_calls,
+    summary_count,
+};
+use crate::support::{
     RedisFailure, RedisServer, TestRedis, Topology, bulk_gives_up_within, drain, service_binary,
     until_while_running,
 };
-use crate::import::{COMBOS, HEADER, Model, Rng, Target, generated, resume_hint, summary_count};
-use crate::redis_server::{ServerOptions, redis_cli};
+use test_support::redis_server::{ServerOptions, redis_cli};
 
 /// One row of [`replay_safe`], as the model applies it.
 struct ModelRow {
@@ -170,18 +173,6 @@ fn assert_same_state(
     );
 }
 
-/// `name:value` of `INFO section` on `port`, as a number.
-fn info(port: u16, section: &str, name: &str) -> Option<u64> {
-    redis_cli(port, &["INFO", section])
-        .lines()
-        .find_map(|line| {
-            let value = line.strip_prefix(name)?.strip_prefix(':')?;
-            // `errorstat_X:count=N`, `cmdstat_X:calls=N,…`, or a plain number.
-            let value = value.split(',').next()?;
-            value.rsplit('=').next()?.trim().parse().ok()
-        })
-}
-
 /// `import --no-admission FILE` against `target`, its output drained as it
 /// comes.
 fn spawn_import(
@@ -197,11 +188,6 @@ fn spawn_import(
         .unwrap();
     let (stdout, stderr) = (drain(child.stdout.take()), drain(child.stderr.take()));
     (child, stdout, stderr)
-}
-
-/// How many keys Redis on `port` holds.
-pub(crate) fn keys(port: u16) -> u64 {
-    redis_cli(port, &["DBSIZE"]).trim().parse().unwrap_or(0)
 }
 
 /// Whether some connection to Redis on `port` holds bytes Redis has not
@@ -249,7 +235,7 @@ async fn redis_failing_mid_import_is_exit_2_in_time_and_the_resume_reaches_the_m
 ) {
     const CAP: usize = 4;
     let (text, rows) = replay_safe(6_000, 12, CAP, 0xdead);
-    let (_dir, path) = crate::import::file_with("history.csv", &text);
+    let (_dir, path) = crate::support::bulk::file_with("history.csv", &text);
     // Every write Redis answered is on disk before the answer leaves it, so
     // a killed server comes back with at least what the import saw applied.
     let durable = ServerOptions {
@@ -302,7 +288,7 @@ async fn redis_failing_mid_import_is_exit_2_in_time_and_the_resume_reaches_the_m
     match failure {
         RedisFailure::Killed => {
             target.redis.restart();
-            crate::redis_server::wait_for(
+            test_support::wait::wait_for(
                 Duration::from_secs(20),
                 Duration::from_millis(20),
                 "Redis never finished loading its append-only file",
@@ -313,7 +299,7 @@ async fn redis_failing_mid_import_is_exit_2_in_time_and_the_resume_reaches_the_m
         // exited: the rows whose fate the import could not know.
         RedisFailure::Frozen => {
             target.redis.signal("-CONT");
-            crate::redis_server::wait_for(
+            test_support::wait::wait_for(
                 Duration::from_secs(20),
                 Duration::from_millis(20),
                 "the thawed Redis never read what the import had sent",
@@ -339,14 +325,6 @@ async fn redis_failing_mid_import_is_exit_2_in_time_and_the_resume_reaches_the_m
     );
 }
 
-/// Script calls run since Redis started, by SHA or with the body.
-pub(crate) fn script_calls(port: u16) -> u64 {
-    ["cmdstat_evalsha", "cmdstat_eval"]
-        .iter()
-        .filter_map(|name| info(port, "commandstats", name))
-        .sum()
-}
-
 #[tokio::test]
 async fn scripts_flushed_mid_import_are_sent_again_and_the_state_is_exact() {
     // As restarts or failovers would come, now and then: each flush waits
@@ -358,7 +336,7 @@ async fn scripts_flushed_mid_import_are_sent_again_and_the_state_is_exact() {
     let target = Target::start(Topology::Single).await;
     let port = target.redis.data_ports()[0];
     let (text, model) = generated(150_000, 5_000, 4, 0xf1a5);
-    let (_dir, path) = crate::import::file_with("history.csv", &text);
+    let (_dir, path) = crate::support::bulk::file_with("history.csv", &text);
     let limits = [("STICKY_ROUTING_MAX_COMBOS_PER_CUSTOMER", "4")];
     let (mut child, stdout, stderr) = spawn_import(&target, &limits, &path);
     let cached = || info(port, "memory", "number_of_cached_scripts").unwrap_or(0) > 0;

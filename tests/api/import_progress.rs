@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
-use crate::helpers::{Topology, drain, service_binary, spawn_piped, until_while_running};
-use crate::import::{Target, generated};
-use crate::import_failures::script_calls;
+use crate::support::bulk::script_calls;
+use crate::support::bulk::{Target, generated};
+use crate::support::{Topology, drain, service_binary, spawn_piped, until_while_running};
 
 /// Lines of a child's stderr as they come.
 fn lines_of(stderr: Option<tokio::process::ChildStderr>) -> mpsc::UnboundedReceiver<String> {

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use rstest::rstest;
 use tokio::io::AsyncWriteExt;
 
-use crate::helpers::{Topology, drain, service_binary, signal_child, spawn_piped};
-use crate::import::{HEADER, Target, resume_hint};
+use crate::support::bulk::{HEADER, Target, resume_hint};
+use crate::support::{Topology, drain, send_to_child, service_binary, spawn_piped};
 
 /// A signal while the import waits for more input (stdin open, no bytes
 /// coming) stops it within a second, exit 130, with an exact resume hint:
@@ -35,7 +35,7 @@ async fn a_signal_while_stdin_is_quiet_stops_within_a_second(
     stdin.flush().await.unwrap();
     let (stdout, stderr) = (drain(child.stdout.take()), drain(child.stderr.take()));
     tokio::time::sleep(Duration::from_secs(1)).await;
-    signal_child(&child, signal);
+    send_to_child(&child, signal);
     let signalled = Instant::now();
     // stdin stays open (held here) until the import has ended.
     let status = tokio::time::timeout(Duration::from_secs(5), child.wait())

@@ -5,7 +5,7 @@
 use fred::prelude::Value;
 use rstest::rstest;
 
-use crate::helpers::*;
+use crate::support::*;
 
 #[rstest]
 #[case::single(Topology::Single)]

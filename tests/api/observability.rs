@@ -11,7 +11,7 @@ use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
 use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
 use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
 
-use crate::helpers::*;
+use crate::support::*;
 
 #[tokio::test]
 async fn metrics_count_outcomes_prunes_and_latency() {

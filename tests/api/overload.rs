@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use sticky_routing::transport::pb;
 use tonic::Code;
 
-use crate::fault_proxy::Replies;
-use crate::held_calls::{behind_a_proxy, new_connection, wait_for_commands};
-use crate::helpers::*;
+use crate::support::held_calls::{behind_a_proxy, new_connection, wait_for_commands};
+use crate::support::*;
+use test_support::fault_proxy::Replies;
 
 const SERVING: i32 = 1;
 const LIMIT: usize = 2;

@@ -13,8 +13,8 @@ use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
 use tonic::Code;
 use tonic_health::pb::health_client::HealthClient;
 
-use crate::helpers::*;
-use crate::import::{HEADER, Target, file_with};
+use crate::support::bulk::{HEADER, Target, file_with};
+use crate::support::*;
 
 /// `ACL SETUSER` for the service's user on every node that holds data.
 async fn set_service_user(app: &TestApp, rules: &[&str]) {
@@ -156,7 +156,7 @@ async fn the_log_names_what_the_user_lacks_and_readiness_waits_for_it() {
     wait_for_readiness(&health, true).await;
     api.record_outcome(new_customer("c1")).await.unwrap();
 
-    signal_child(&child, "-TERM");
+    send_to_child(&child, "-TERM");
     child.wait().await.unwrap();
     let log = stderr.await.unwrap();
     assert!(

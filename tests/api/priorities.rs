@@ -11,9 +11,9 @@ use std::time::Duration;
 use sticky_routing::transport::pb;
 use tonic::{Code, Status};
 
-use crate::fault_proxy::Replies;
-use crate::held_calls::{behind_a_proxy, new_connection, wait_for_commands};
-use crate::helpers::*;
+use crate::support::held_calls::{behind_a_proxy, new_connection, wait_for_commands};
+use crate::support::*;
+use test_support::fault_proxy::Replies;
 
 /// The limit of these tests: feedback may start below 8, admin and low
 /// below 1 (the defaults, 80 % and 10 %).

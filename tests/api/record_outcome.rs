@@ -6,7 +6,7 @@ use sticky_routing::transport::pb;
 
 use rstest::rstest;
 
-use crate::helpers::*;
+use crate::support::*;
 
 const KEY: &str = "sticky_gw_m1_c1";
 

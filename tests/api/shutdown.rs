@@ -14,7 +14,7 @@ use tonic::{Code, Streaming};
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
-use crate::helpers::*;
+use crate::support::*;
 
 /// A running binary on free ports against `redis`, and a channel to it,
 /// once both health statuses are SERVING.
@@ -32,12 +32,7 @@ async fn start_binary(redis: &RedisServer, extra: &[(&str, String)]) -> (Child, 
 }
 
 fn sigterm(child: &Child) {
-    let pid = child.id().expect("the child is running").to_string();
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    test_support::signal::send_to_child(child, "-TERM");
 }
 
 /// Waits for the child to exit and asserts code 0 within `within`.

@@ -23,7 +23,7 @@ use tokio::io::AsyncReadExt as _;
 use tokio::process::Child;
 use tokio::sync::mpsc;
 
-use crate::helpers::*;
+use crate::support::*;
 
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CALLER_SPAN_ID: &str = "00f067aa0ba902b7";
@@ -300,12 +300,7 @@ fn read_stderr(child: &mut Child) -> tokio::task::JoinHandle<String> {
 
 /// Stops the binary with SIGTERM and returns all it wrote to stderr.
 async fn stop(mut child: Child, stderr: tokio::task::JoinHandle<String>) -> String {
-    let pid = child.id().unwrap().to_string();
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    test_support::signal::send_to_child(&child, "-TERM");
     let text = tokio::time::timeout(Duration::from_secs(30), stderr)
         .await
         .expect("the binary exits after SIGTERM")

@@ -14,11 +14,20 @@ use tokio::io::AsyncReadExt;
 use tonic::transport::Channel;
 use tonic_health::pb::health_client::HealthClient;
 
-use crate::helpers::*;
-use crate::pki::Pki;
-use crate::redis_server::ServerOptions;
+use crate::support::*;
+use test_support::pki::Pki;
+use test_support::redis_server::ServerOptions;
 
-impl Pki {
+/// What the TLS-to-Redis tests make of a [`Pki`]: its certificates, a
+/// Redis that serves them, and the service's settings for them.
+trait RedisTls {
+    fn make() -> Self;
+    fn server_args(&self) -> Vec<String>;
+    fn redis(&self) -> RedisServer;
+    fn files(&self, ca: &str) -> TlsFiles;
+}
+
+impl RedisTls for Pki {
     /// A private CA, a server and a client certificate it signed, and a
     /// second CA that signed nothing here.
     fn make() -> Self {

@@ -8,7 +8,7 @@
 //!
 //! They live inside the crate because the script calls are crate-private:
 //! only the record flow may write. They start their own `redis-server` with
-//! the integration tests' harness, included from `tests/api`.
+//! the integration tests' harness, the `test-support` crate.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,11 +34,7 @@ use crate::storage::{
 };
 use crate::telemetry::Metrics;
 
-#[path = "../../../tests/api/redis_server.rs"]
-#[allow(dead_code, reason = "the harness serves the integration tests too")]
-mod redis_server;
-
-use redis_server::{RedisServer, SERVICE_PASSWORD, SERVICE_USER};
+use test_support::redis_server::{RedisServer, SERVICE_PASSWORD, SERVICE_USER};
 
 /// Settings for the store: the least-privilege user, a small pool.
 fn test_settings(redis: &RedisServer) -> RedisSettings {

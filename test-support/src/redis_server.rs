@@ -6,7 +6,9 @@
 //! export's read-only user has those of `deploy/redis-acl-export.txt`. The
 //! `default` user keeps full rights for the tests' own inspection.
 
+use std::ffi::OsString;
 use std::net::{TcpListener, TcpStream};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -119,11 +121,7 @@ impl RedisServer {
     /// connections but answers nothing, like a Redis stuck on a slow command.
     pub fn signal(&self, signal: &str) {
         let pid = self.child.as_ref().expect("redis is running").id();
-        let status = Command::new("kill")
-            .args([signal, &pid.to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
+        crate::signal::send(pid, signal);
     }
 }
 
@@ -133,24 +131,6 @@ impl Drop for RedisServer {
             self.signal("-CONT");
         }
         self.stop();
-    }
-}
-
-/// Calls `probe` every `every` until it gives a value, and returns it;
-/// fails the test with `what` if `within` passes first.
-pub fn wait_for<T>(
-    within: Duration,
-    every: Duration,
-    what: &str,
-    mut probe: impl FnMut() -> Option<T>,
-) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(value) = probe() {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "{what}");
-        std::thread::sleep(every);
     }
 }
 
@@ -164,7 +144,21 @@ pub fn redis_cli(port: u16, args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-fn spawn_redis(port: u16, options: &ServerOptions, dir: &std::path::Path) -> Option<Child> {
+/// The flags of a throwaway redis-server working in `dir`: loopback only,
+/// nothing persisted (a test's or a measurement's data dies with it). The
+/// caller adds the port. The bench kit starts its servers with these too;
+/// the shell scripts' twin is `scripts/lib/local-redis.sh`.
+pub fn throwaway_args(dir: &Path) -> Vec<OsString> {
+    let mut args: Vec<OsString> = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        .into_iter()
+        .map(OsString::from)
+        .collect();
+    args.push("--dir".into());
+    args.push(dir.into());
+    args
+}
+
+fn spawn_redis(port: u16, options: &ServerOptions, dir: &Path) -> Option<Child> {
     let port_text = port.to_string();
     let listen: &[&str] = if options.tls {
         &["--port", "0", "--tls-port", &port_text]
@@ -178,9 +172,7 @@ fn spawn_redis(port: u16, options: &ServerOptions, dir: &std::path::Path) -> Opt
     ];
     let mut child = Command::new("redis-server")
         .args(listen)
-        .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        .arg("--dir")
-        .arg(dir)
+        .args(throwaway_args(dir))
         .arg("--user")
         .args(user)
         .args(acl_rules())

@@ -1,4 +1,4 @@
-//! The test harness: a real Redis per test (one `redis-server`, or a
+//! The app harness: a real Redis per test (one `redis-server`, or a
 //! 3-primary Cluster), and the real service on port 0 against it, logged in
 //! as the least-privilege user of `deploy/redis-acl.txt`.
 //!
@@ -6,6 +6,11 @@
 //! and a test may stop, freeze or restart its Redis. The rule tests take a
 //! [`Topology`] and run on both, so every rule is proven on a single node and
 //! on Cluster.
+
+pub mod bulk;
+pub mod frames;
+pub mod held_calls;
+pub mod load;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -25,11 +30,13 @@ use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-pub use crate::redis_cluster::RedisCluster;
-pub use crate::redis_sentinel::RedisSentinel;
-pub use crate::redis_server::{
-    RedisServer, SERVICE_PASSWORD, SERVICE_USER, free_port, redis_cli, wait_for,
+pub use test_support::redis_cluster::RedisCluster;
+pub use test_support::redis_sentinel::RedisSentinel;
+pub use test_support::redis_server::{
+    RedisServer, SERVICE_PASSWORD, SERVICE_USER, free_port, redis_cli,
 };
+pub use test_support::signal::send_to_child;
+pub use test_support::wait::wait_for;
 
 /// Where a test's Redis runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -528,16 +535,6 @@ pub fn spawn_piped(mut command: tokio::process::Command) -> tokio::process::Chil
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap()
-}
-
-/// Sends `signal` (`-INT`, `-TERM`) to a running child.
-pub fn signal_child(child: &tokio::process::Child, signal: &str) {
-    let pid = child.id().expect("the child is running").to_string();
-    let status = std::process::Command::new("kill")
-        .args([signal, &pid])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill {signal} {pid}");
 }
 
 /// A child's output, read as it comes so a full pipe never blocks it.

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
 use tonic::transport::Channel;
 
-use crate::fault_proxy::FaultProxy;
-use crate::helpers::*;
+use crate::support::*;
+use test_support::fault_proxy::FaultProxy;
 
 /// A service with `max_in_flight` = `limit` behind a proxy to its Redis;
 /// Redis's replies wait up to 5 s, longer than any test holds them.

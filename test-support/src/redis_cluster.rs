@@ -14,7 +14,8 @@
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
-use crate::redis_server::{RedisServer, ServerOptions, redis_cli, wait_for};
+use crate::redis_server::{RedisServer, ServerOptions, redis_cli};
+use crate::wait::wait_for;
 
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,

@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use crate::redis_cluster::role;
 use crate::redis_server::{
-    RedisServer, SERVICE_PASSWORD, SERVICE_USER, ServerOptions, free_port, redis_cli, wait_for,
+    RedisServer, SERVICE_PASSWORD, SERVICE_USER, ServerOptions, free_port, redis_cli,
 };
+use crate::wait::wait_until;
 
 /// The name Sentinel monitors the primary under.
 pub const SERVICE_NAME: &str = "sticky";
@@ -146,10 +147,4 @@ fn sentinel_acl_rules() -> String {
         .filter(|line| !line.trim_start().starts_with('#'))
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-fn wait_until(within: Duration, what: &str, mut ready: impl FnMut() -> bool) {
-    wait_for(within, Duration::from_millis(50), what, || {
-        ready().then_some(())
-    });
 }

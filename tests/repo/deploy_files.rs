@@ -7,26 +7,12 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use serde_json::Value;
-
-/// A file of the repository, by its path from the root.
-pub fn repo_file(relative: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {relative}: {e}"))
-}
+pub use test_support::repo::{deploy_setting, repo_file};
 
 /// A YAML file of the repository, as JSON values (several documents: the first).
 pub fn repo_yaml(relative: &str) -> Value {
     serde_yaml_ng::from_str(&repo_file(relative))
         .unwrap_or_else(|e| panic!("{relative} is not YAML: {e}"))
-}
-
-/// The value `deploy/config.env` gives a setting, if it sets it (a
-/// commented-out line does not).
-pub fn deploy_setting(name: &str) -> Option<String> {
-    repo_file("deploy/config.env").lines().find_map(|line| {
-        let (key, value) = line.split_once('=')?;
-        (key == name).then(|| value.to_owned())
-    })
 }
 
 /// kustomize reads `KEY=value` lines and `#` comments, and keeps quotes as

@@ -15,7 +15,7 @@ use sticky_routing::transport::pb;
 use tokio::sync::watch;
 use tonic::{Code, Response, Status};
 
-use crate::helpers::{APPLIED, DeadlineBlindApi, TestApp, outcome, pin_request, with_deadline};
+use crate::support::{APPLIED, DeadlineBlindApi, TestApp, outcome, pin_request, with_deadline};
 
 /// The deadline each call sends.
 const CALL_DEADLINE: Duration = Duration::from_secs(1);
