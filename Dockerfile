@@ -7,7 +7,7 @@
 # Run:    docker run --rm -p 50051:50051 -p 9464:9464 \
 #           -e STICKY_ROUTING_REDIS_URL=redis://host.docker.internal:6379 sticky-routing:0.1.0
 #
-# `make test` checks this file against the workspace (tests/api/dockerfile.rs):
+# `make test` checks this file against the workspace (tests/repo/dockerfile.rs):
 # the package and binary it builds, the paths it copies, the pinned digests,
 # the labels and the user. No `# syntax=` line: it would pull a frontend image
 # that is not pinned here; Docker's built-in frontend reads this file.
@@ -29,13 +29,15 @@
 FROM rust:1.95.0-slim-bookworm@sha256:d7482085ff5b415f84dba5647ae71606650bdef00db7aeb69f4b3d170c3e4082 AS builder
 WORKDIR /src
 
-# Only what the build reads. bench/ is a workspace member, so cargo needs its
-# manifest and sources to load the workspace, but nothing of it is built.
-# protox compiles proto/ in build.rs, so no protoc is needed.
+# Only what the build reads. bench/ and test-support/ are workspace members,
+# so cargo needs their manifests and sources to load the workspace, but
+# nothing of them is built. protox compiles proto/ in build.rs, so no protoc
+# is needed.
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY proto ./proto
 COPY src ./src
 COPY bench ./bench
+COPY test-support ./test-support
 
 # The dependency cache: the registry and target/ live in BuildKit cache
 # mounts, so a source change recompiles this crate, not its ~300

@@ -17,6 +17,9 @@ use std::time::Duration;
 use crate::redis_server::{RedisServer, ServerOptions, redis_cli};
 use crate::wait::wait_for;
 
+/// The longest `redis-cli --cluster create` may take.
+const CREATE_WITHIN: Duration = Duration::from_secs(60);
+
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
     /// With TLS: each node's TLS port, in `nodes` order. The plain ports stay
@@ -79,17 +82,37 @@ impl RedisCluster {
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        let output = std::process::Command::new("redis-cli")
+        let mut create = std::process::Command::new("redis-cli")
             .arg("--cluster")
             .arg("create")
             .args(&addresses)
             .args(["--cluster-replicas", "1", "--cluster-yes"])
-            .output()
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
             .expect("redis-cli must be on PATH");
+        // redis-cli waits for the nodes to agree with no bound of its own:
+        // on a starved machine it once waited 23 minutes. A test fails
+        // instead, well inside CI's time.
+        let deadline = std::time::Instant::now() + CREATE_WITHIN;
+        let status = loop {
+            if let Some(status) = create.try_wait().expect("redis-cli runs") {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = create.kill();
+                let _ = create.wait();
+                panic!("redis-cli --cluster create did not finish within {CREATE_WITHIN:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut stdout = String::new();
+        if let Some(mut out) = create.stdout.take() {
+            let _ = std::io::Read::read_to_string(&mut out, &mut stdout);
+        }
         assert!(
-            output.status.success(),
-            "redis-cli --cluster create failed: {}",
-            String::from_utf8_lossy(&output.stdout)
+            status.success(),
+            "redis-cli --cluster create failed: {stdout}"
         );
         let cluster = Self {
             nodes,
