@@ -198,6 +198,8 @@ pub(crate) struct NodePermissions {
     lacking: Mutex<String>,
     /// A call met a refusal for want of a permission since the last probe.
     suspect: AtomicBool,
+    /// The last readiness PING got no answer: probe once one does.
+    unreached: AtomicBool,
     /// When the last verdict was kept.
     probed_at: Mutex<Option<Instant>>,
 }
@@ -208,6 +210,7 @@ impl NodePermissions {
             state: AtomicU8::new(UNKNOWN),
             lacking: Mutex::new(String::new()),
             suspect: AtomicBool::new(false),
+            unreached: AtomicBool::new(false),
             probed_at: Mutex::new(None),
         }
     }
@@ -230,6 +233,17 @@ impl NodePermissions {
     /// readiness check probes.
     pub(super) fn suspect(&self) {
         self.suspect.store(true, Ordering::Relaxed);
+    }
+
+    /// The readiness PING got no answer.
+    pub(super) fn unreached(&self) {
+        self.unreached.store(true, Ordering::Relaxed);
+    }
+
+    /// A readiness PING was answered: whether the one before was not, so
+    /// the node may be another process now and is to be probed.
+    pub(super) fn reached(&self) -> bool {
+        self.unreached.swap(false, Ordering::Relaxed)
     }
 
     /// A write's refusal, while the last probe found a permission missing;

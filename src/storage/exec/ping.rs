@@ -2,7 +2,6 @@
 //! to every node that holds data, at once, so a primary that is down, hung or refusing the
 //! service's user fails the check however many others answer.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use fred::interfaces::ClientLike;
@@ -15,8 +14,8 @@ use super::{Call, Exec, timed};
 use crate::telemetry::{Metrics, RedisCommand};
 
 impl Exec {
-    /// One PING and one probe per node (on Cluster, every primary that owns
-    /// slots), each within the Redis timeout.
+    /// One PING per node (on Cluster, every primary that owns slots), and
+    /// the permission probe where it is due, each within the Redis timeout.
     pub async fn ping(&self, deadline: Instant) -> Result<(), StorageError> {
         match &self.backend {
             Backend::Single {
@@ -24,13 +23,8 @@ impl Exec {
                 in_flight,
                 guard,
             } => {
-                let ping = self.call_on(pool, in_flight, deadline, false);
-                let probe = guard
-                    .permissions
-                    .probe_due(Instant::now())
-                    .then(|| self.call_on(pool, in_flight, deadline, false));
-                let (scripts, metrics) = (self.scripts.clone(), self.metrics.clone());
-                node_ready(ping, probe, guard.clone(), scripts, metrics, deadline).await
+                let call = || self.call_on(pool, in_flight, deadline, false);
+                node_ready(call, guard, &self.scripts, &self.metrics, deadline).await
             }
             Backend::Cluster(cluster) => self.ping_every_primary(cluster, deadline).await,
         }
@@ -52,15 +46,13 @@ impl Exec {
         }
         let mut pings = tokio::task::JoinSet::new();
         for node in nodes {
-            let ping = self.call_on(&node.pool, &node.in_flight, deadline, false);
-            let probe = node
-                .guard
-                .permissions
-                .probe_due(Instant::now())
-                .then(|| self.call_on(&node.pool, &node.in_flight, deadline, false));
-            let (scripts, metrics) = (self.scripts.clone(), self.metrics.clone());
-            let ready = node_ready(ping, probe, node.guard.clone(), scripts, metrics, deadline);
-            pings.spawn(async move { ready.await.map_err(|error| on_primary(&node, error)) });
+            let exec = self.clone();
+            pings.spawn(async move {
+                let call = || exec.call_on(&node.pool, &node.in_flight, deadline, false);
+                node_ready(call, &node.guard, &exec.scripts, &exec.metrics, deadline)
+                    .await
+                    .map_err(|error| on_primary(&node, error))
+            });
         }
         let mut first_error = None;
         while let Some(joined) = pings.join_next().await {
@@ -79,20 +71,24 @@ impl Exec {
 }
 
 /// One node's readiness: a PING and, when it is due, the permission probe
-/// (`permissions.rs`), sent at once on calls made for them. Each failed call is counted on `metrics`; the
-/// probe's verdict is kept on `guard`, and readiness passes only when the
-/// PING was answered and the last verdict lets every write through.
+/// (`permissions.rs`), sent at once on calls made by `call`. After a check
+/// whose PING failed, the probe waits for the first PING that is answered
+/// (a restart or a failover may have brought another ACL): a node that does
+/// not answer gets no probes piling up behind its PINGs. Each failed call
+/// is counted on `metrics`; the probe's verdict is kept on `guard`, and
+/// readiness passes only when the PING was answered and the last verdict
+/// lets every write through.
 async fn node_ready(
-    ping: Result<Call, StorageError>,
-    probe: Option<Result<Call, StorageError>>,
-    guard: Arc<NodeGuard>,
-    scripts: Arc<Scripts>,
-    metrics: Arc<Metrics>,
+    call: impl Fn() -> Result<Call, StorageError>,
+    guard: &NodeGuard,
+    scripts: &Scripts,
+    metrics: &Metrics,
     deadline: Instant,
 ) -> Result<(), StorageError> {
+    let permissions = &guard.permissions;
     let pinged = async {
-        let call = ping?;
-        timed(&metrics, RedisCommand::Ping, deadline, async {
+        let call = call()?;
+        timed(metrics, RedisCommand::Ping, deadline, async {
             call.client
                 .ping::<()>(None)
                 .await
@@ -100,40 +96,62 @@ async fn node_ready(
         })
         .await
     };
-    let probed = async {
-        let Some(probe) = probe else {
-            return Ok(None);
-        };
-        let call = probe?;
-        let reply: Vec<i64> = timed(&metrics, RedisCommand::PermissionProbe, deadline, async {
-            scripts
-                .probe
-                .run_keyless(&call.client, &PROBE_ARGS[..], &metrics)
-                .await
-                .map_err(|e| call.error(&e))
-        })
-        .await?;
-        Verdict::of_reply(&reply).map(Some)
+    let (pinged, probed) = if permissions.probe_due(Instant::now()) {
+        let (pinged, probed) = tokio::join!(pinged, probe(call(), scripts, metrics, deadline));
+        (pinged, Some(probed))
+    } else {
+        (pinged.await, None)
     };
-    let (pinged, probed) = tokio::join!(pinged, probed);
+    if let Err(error) = pinged {
+        metrics.redis_error(error.kind());
+        permissions.unreached();
+        keep(probed, guard, metrics);
+        return Err(error);
+    }
+    let probed = match probed {
+        Some(probed) => {
+            permissions.reached();
+            Some(probed)
+        }
+        None if permissions.reached() => Some(probe(call(), scripts, metrics, deadline).await),
+        None => None,
+    };
+    keep(probed, guard, metrics);
+    permissions.readiness()
+}
+
+/// One run of the permission probe on `call`.
+async fn probe(
+    call: Result<Call, StorageError>,
+    scripts: &Scripts,
+    metrics: &Metrics,
+    deadline: Instant,
+) -> Result<Verdict, StorageError> {
+    let call = call?;
+    let reply: Vec<i64> = timed(metrics, RedisCommand::PermissionProbe, deadline, async {
+        scripts
+            .probe
+            .run_keyless(&call.client, &PROBE_ARGS[..], metrics)
+            .await
+            .map_err(|e| call.error(&e))
+    })
+    .await?;
+    Verdict::of_reply(&reply)
+}
+
+/// Keeps a probe's verdict on the node's guard; a probe that failed is
+/// counted, and is a verdict only when Redis refused the probe itself.
+fn keep(probed: Option<Result<Verdict, StorageError>>, guard: &NodeGuard, metrics: &Metrics) {
     match probed {
-        Ok(None) => {}
-        Ok(Some(verdict)) => guard.permissions.record(verdict, &guard.name()),
-        Err(error) => {
+        None => {}
+        Some(Ok(verdict)) => guard.permissions.record(verdict, &guard.name()),
+        Some(Err(error)) => {
             if let Some(verdict) = Verdict::of_failed_probe(&error) {
                 guard.permissions.record(verdict, &guard.name());
             }
             metrics.redis_error(error.kind());
         }
     }
-    pinged.inspect_err(|error| {
-        metrics.redis_error(error.kind());
-        // A node that did not answer may come back another process (a
-        // restart, a failover) with another ACL: the first check that
-        // reaches it again probes.
-        guard.permissions.suspect();
-    })?;
-    guard.permissions.readiness()
 }
 
 /// A failed check of one primary, naming it for the log.
