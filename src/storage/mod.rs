@@ -30,8 +30,9 @@ mod tls;
 mod topology;
 
 pub use error::{ConnectError, NoAnswer, NotApplied, StorageError};
-pub(crate) use exec::BatchOutcome;
-pub(crate) use ops::{AdmissionRequest, FailureWrite, Op, Reply, SuccessWrite, Times};
+pub(crate) use ops::{
+    AdmissionRequest, BatchOutcome, FailureWrite, Op, Reply, SuccessWrite, Times,
+};
 pub use scan::{HashContents, HashScanner, ScanError, ScannedHash};
 pub use settings::{REDIS_SETTINGS, RedisSetting, RedisSettings, RedisUrl, Secret, redact_url};
 pub use store::RedisStore;

@@ -101,6 +101,21 @@ pub(crate) enum Reply {
     },
 }
 
+/// What became of one op of a batch.
+#[derive(Debug)]
+pub(crate) enum BatchOutcome {
+    /// The script ran: its reply, or why it cannot be read as the op's
+    /// (a foreign value under the key, a missing permission); in both
+    /// cases the script wrote nothing.
+    Replied(Result<Reply, StorageError>),
+    /// The script did not run, and may be sent again: Redis had forgotten
+    /// it (NOSCRIPT; it is loaded again before this is returned), or on
+    /// Cluster the slot moved (MOVED, ASK, TRYAGAIN).
+    NotRun,
+    /// The call failed: it may or may not have run (see the error).
+    Failed(StorageError),
+}
+
 /// Which script an encoded call runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum ScriptName {

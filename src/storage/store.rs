@@ -19,8 +19,8 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
 use super::error::{CallKind, ConnectError, StorageError};
-use super::exec::{BatchOutcome, Exec};
-use super::ops::{Op, Reply};
+use super::exec::Exec;
+use super::ops::{BatchOutcome, Op, Reply};
 use super::scripts::{LuaScript, Scripts};
 use super::settings::RedisSettings;
 use super::topology::{Backend, spawn_until_stopped, watch_memory};

@@ -22,26 +22,11 @@ use fred::types::{ClusterHash, CustomCommand};
 use fred::util::redis_keyslot;
 
 use super::super::error::{CallKind, NoAnswer, NotApplied, StorageError, is_acl_refusal};
-use super::super::ops::{Decode, Op, Reply, ScriptCall};
+use super::super::ops::{BatchOutcome, Decode, Op, ScriptCall};
 use super::super::scripts::batch_body;
 use super::super::topology::Backend;
 use super::Exec;
 use super::chunks::chunks;
-
-/// What became of one op of a batch.
-#[derive(Debug)]
-pub(crate) enum BatchOutcome {
-    /// The script ran: its reply, or why it cannot be read as the op's
-    /// (a foreign value under the key, a missing permission); in both
-    /// cases the script wrote nothing.
-    Replied(Result<Reply, StorageError>),
-    /// The script did not run, and may be sent again: Redis had forgotten
-    /// it (NOSCRIPT; it is loaded again before this is returned), or on
-    /// Cluster the slot moved (MOVED, ASK, TRYAGAIN).
-    NotRun,
-    /// The call failed: it may or may not have run (see the error).
-    Failed(StorageError),
-}
 
 /// One call's fate inside the pipeline, before its reply is decoded.
 #[derive(Debug)]

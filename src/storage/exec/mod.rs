@@ -26,8 +26,6 @@ use fred::util::redis_keyslot;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument as _;
 
-pub(crate) use batch::BatchOutcome;
-
 use super::error::{CallKind, NotApplied, StorageError};
 use super::ops::{Op, Reply};
 use super::scripts::Scripts;
