@@ -226,10 +226,6 @@ impl StorageError {
     }
 }
 
-/// Whether `details` is an ACL refusal of a command that a script called:
-/// Redis names the script's place (`@user_script:LINE`) after the refusal.
-/// A refusal of EVALSHA itself (or of its keys) names no script place: the
-/// script never ran.
 impl StorageError {
     /// Whether the service's Redis user lacked a permission for this call:
     /// refused unsent, by a script's own check, inside a script, or by
@@ -253,7 +249,11 @@ impl StorageError {
     }
 }
 
-pub(crate) fn refused_inside_script(details: &str) -> bool {
+/// Whether `details` is an ACL refusal of a command that a script called:
+/// Redis names the script's place (`@user_script:LINE`) after the refusal.
+/// A refusal of EVALSHA itself (or of its keys) names no script place: the
+/// script never ran.
+fn refused_inside_script(details: &str) -> bool {
     details.contains("@user_script:") && is_acl_refusal(details)
 }
 
