@@ -12,6 +12,8 @@
 //!   the rules atomically against Redis and owns its connection settings;
 //! - [`record`]: the RecordOutcome flow (write, admission, create): one
 //!   plan, driven one call at a time here and in batches by the import;
+//! - [`breaker`]: the connector circuit breaker's engine: counts and states
+//!   in memory (tier 1), moved to and from Redis (tier 2) in the background;
 //! - [`transport`]: thin tonic handlers that turn protobuf into domain types
 //!   and errors into `tonic::Status`, and the server's connections;
 //! - [`config`]: reads every setting once, gathering the declarations of
@@ -26,15 +28,18 @@
 //! - `telemetry` → `domain`, `declare`;
 //! - `storage` → `domain`, `telemetry`, `declare`, `pki`;
 //! - `record` → `domain`, `storage`;
-//! - `transport` → `domain`, `record`, `storage`, `telemetry`, `pki`;
-//! - `config` → `domain`, `storage`, `telemetry`, `declare`, `pki`;
-//! - `startup` → `config`, `transport`, `record`, `storage`, `telemetry`,
+//! - `breaker` → `domain`, `storage`, `telemetry`;
+//! - `transport` → `domain`, `record`, `breaker`, `storage`, `telemetry`,
 //!   `pki`;
+//! - `config` → `domain`, `storage`, `telemetry`, `declare`, `pki`;
+//! - `startup` → `config`, `transport`, `record`, `breaker`, `storage`,
+//!   `telemetry`, `pki`;
 //! - `bulk` → `config`, `record`, `storage`, `domain`, `telemetry`,
 //!   `process`;
 //! - the binary (`main.rs`) → `config`, `startup`, `bulk`, `telemetry`,
 //!   `process`.
 
+pub mod breaker;
 pub mod bulk;
 pub mod config;
 pub mod declare;

@@ -10,6 +10,7 @@ mod support;
 
 mod admission;
 mod admission_memory;
+mod breaker;
 mod bad_input;
 mod bulk_fail_fast;
 mod concurrency;

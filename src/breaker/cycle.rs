@@ -1,0 +1,298 @@
+//! The breaker's background cycle: every [`TICK`], flush the tallies to
+//! Redis, decide and write the transitions they cause, then poll the index
+//! into the view, and log what time alone changed (OPEN → HALF-OPEN, an
+//! undecided HALF-OPEN → CLOSED).
+//!
+//! Its bound on "every instance sees a transition within 2 s": the calls
+//! that trip a breaker wait at most one tick in memory, the transition is
+//! written in that tick's flush, and every other instance reads it at its
+//! next poll, at most one tick later, so two ticks (1 s) plus two round
+//! trips.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::{Breakers, unix_ms};
+use crate::domain::breaker::{
+    BreakerState, ProbeVerdict, Tripped, probes_decide, state_at, trips,
+};
+use crate::domain::ids::MerchantId;
+use crate::storage::{BreakerTransition, ConnectorSnapshot, StorageError};
+
+/// How often tallies are flushed and the index is read.
+pub(super) const TICK: Duration = Duration::from_millis(500);
+/// The longest one step of a tick may take.
+const STEP_DEADLINE: Duration = Duration::from_secs(1);
+/// A failing Redis is logged at most this often (`/metrics` counts each).
+const LOG_FAILURES_EVERY_MS: i64 = 30_000;
+
+pub(super) async fn run(breakers: Arc<Breakers>, stop: CancellationToken) {
+    let mut ticker = tokio::time::interval(TICK);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut seen = Seen::default();
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            () = stop.cancelled() => {
+                // The calls answered before the shutdown still count.
+                flush(&breakers).await;
+                return;
+            }
+        }
+        flush(&breakers).await;
+        poll(&breakers).await;
+        seen.observe(&breakers);
+    }
+}
+
+/// Sends every tally, one script per merchant, all at once, and acts on
+/// what Redis answers.
+async fn flush(breakers: &Arc<Breakers>) {
+    let by_merchant = breakers.pending.take();
+    if by_merchant.is_empty() {
+        return;
+    }
+    let now = unix_ms();
+    let deadline = Instant::now() + STEP_DEADLINE;
+    let mut flushes = JoinSet::new();
+    for (merchant, tallies) in by_merchant {
+        let breakers = breakers.clone();
+        flushes.spawn(async move {
+            let answer = breakers
+                .store
+                .flush_breakers(&merchant, &tallies, now, &breakers.settings, deadline)
+                .await;
+            (merchant, answer)
+        });
+    }
+    while let Some(joined) = flushes.join_next().await {
+        let Ok((merchant, answer)) = joined else {
+            continue;
+        };
+        match answer {
+            Ok(snapshots) => {
+                for snapshot in snapshots {
+                    decide(breakers, &merchant, snapshot, now).await;
+                }
+            }
+            Err(error) => breakers.io_failed("flush", &error),
+        }
+    }
+}
+
+/// Learns the breaker's state from a flush's answer and makes the
+/// transition the domain's rules call for, if any.
+async fn decide(breakers: &Breakers, merchant: &MerchantId, snapshot: ConnectorSnapshot, now: i64) {
+    let settings = &breakers.settings;
+    let connector = snapshot.connector.as_str();
+    let known = breakers
+        .view
+        .load()
+        .entry(merchant.as_str(), connector)
+        .and_then(|entry| entry.tripped);
+    if known != snapshot.tripped {
+        breakers
+            .view
+            .update(merchant.as_str(), connector, |entry| entry.tripped = snapshot.tripped);
+    }
+    let state = state_at(snapshot.tripped.as_ref(), now, settings);
+    let (transition, from, counts) = match state {
+        BreakerState::Closed if trips(snapshot.window, settings) => {
+            (BreakerTransition::Trip, state, snapshot.window)
+        }
+        BreakerState::HalfOpen { since_ms } => match probes_decide(snapshot.probes, settings) {
+            Some(ProbeVerdict::Close) => (
+                BreakerTransition::Close {
+                    open_until_ms: since_ms,
+                },
+                state,
+                snapshot.probes,
+            ),
+            Some(ProbeVerdict::Reopen) => (
+                BreakerTransition::Reopen {
+                    open_until_ms: since_ms,
+                },
+                state,
+                snapshot.probes,
+            ),
+            None => return,
+        },
+        _ => return,
+    };
+    let deadline = Instant::now() + STEP_DEADLINE;
+    let made = breakers
+        .store
+        .transition_breaker(merchant, connector, transition, now, settings, deadline)
+        .await;
+    let tripped: Option<Tripped> = match made {
+        // Another instance got there first: its transition is in the index.
+        Ok(None) => return,
+        Ok(Some(tripped)) => match transition {
+            BreakerTransition::Close { .. } => None,
+            _ => Some(tripped),
+        },
+        Err(error) => {
+            breakers.io_failed("transition", &error);
+            return;
+        }
+    };
+    breakers
+        .view
+        .update(merchant.as_str(), connector, |entry| entry.tripped = tripped);
+    let to = state_at(tripped.as_ref(), now, settings);
+    log_transition(breakers, merchant.as_str(), connector, from, to, counts.calls, counts.failures);
+    let indexed = match (transition, tripped) {
+        (BreakerTransition::Close { open_until_ms }, _) => {
+            breakers
+                .store
+                .index_clear_trip(merchant, connector, open_until_ms, deadline)
+                .await
+        }
+        (_, Some(tripped)) => {
+            breakers
+                .store
+                .index_trip(merchant, connector, tripped, settings, deadline)
+                .await
+        }
+        (_, None) => Ok(()),
+    };
+    if let Err(error) = indexed {
+        breakers.io_failed("index", &error);
+    }
+}
+
+/// Reads the index into the view.
+async fn poll(breakers: &Breakers) {
+    let now = unix_ms();
+    let deadline = Instant::now() + STEP_DEADLINE;
+    match breakers
+        .store
+        .poll_breaker_index(now, &breakers.settings, deadline)
+        .await
+    {
+        Ok(entries) => {
+            let dropped = breakers
+                .view
+                .replace(entries, now, breakers.settings.max_tracked);
+            if dropped > 0 {
+                tracing::warn!(
+                    dropped,
+                    max_tracked = breakers.settings.max_tracked,
+                    "more breakers are tripped or overridden than STICKY_ROUTING_BREAKER_MAX_TRACKED; \
+                     the rest read as CLOSED on this instance"
+                );
+            }
+        }
+        Err(error) => breakers.io_failed("poll", &error),
+    }
+}
+
+fn log_transition(
+    breakers: &Breakers,
+    merchant: &str,
+    connector: &str,
+    from: BreakerState,
+    to: BreakerState,
+    calls: u64,
+    failures: u64,
+) {
+    breakers.metrics.breaker_transition(from.label(), to.label());
+    tracing::info!(
+        merchant,
+        connector,
+        from = from.label(),
+        to = to.label(),
+        calls,
+        failures,
+        "breaker transition"
+    );
+}
+
+/// What each breaker of the view was at the last tick, to log the
+/// transitions that time makes (no instance writes those) and to keep the
+/// open-breakers gauge.
+#[derive(Default)]
+struct Seen {
+    states: HashMap<(Box<str>, Box<str>), BreakerState>,
+    /// Whether the view had gone stale (fail-open), to say so once.
+    stale: bool,
+}
+
+impl Seen {
+    fn observe(&mut self, breakers: &Breakers) {
+        let now = unix_ms();
+        let settings = &breakers.settings;
+        let snapshot = breakers.view.load();
+        let fresh = snapshot.fresh(now, settings);
+        if fresh == self.stale {
+            self.stale = !fresh;
+            if self.stale {
+                tracing::warn!(
+                    "the breakers' states have not been read from Redis for OPEN_FOR; \
+                     every breaker reads as CLOSED (fail-open) until Redis answers"
+                );
+            }
+        }
+        let mut states = HashMap::with_capacity(snapshot.len());
+        let mut open = 0u64;
+        for (merchant, connector, entry) in snapshot.entries() {
+            let state = if fresh {
+                state_at(entry.tripped.as_ref(), now, settings)
+            } else {
+                BreakerState::Closed
+            };
+            open += u64::from(matches!(state, BreakerState::Open { .. }));
+            let key = (Box::<str>::from(merchant), Box::<str>::from(connector));
+            let before = self.states.get(&key).copied();
+            let by_time = match (before, state) {
+                (Some(BreakerState::Open { until_ms }), BreakerState::HalfOpen { since_ms }) => {
+                    until_ms == since_ms
+                }
+                (Some(BreakerState::HalfOpen { .. }), BreakerState::Closed) => fresh,
+                _ => false,
+            };
+            if let (true, Some(before), Some(tripped)) = (by_time, before, entry.tripped) {
+                log_transition(
+                    breakers,
+                    merchant,
+                    connector,
+                    before,
+                    state,
+                    tripped.calls,
+                    tripped.failures,
+                );
+            }
+            states.insert(key, state);
+        }
+        self.states = states;
+        breakers.metrics.set_breakers_open(open);
+    }
+}
+
+impl Breakers {
+    /// Counts a failed breaker read or write, and logs it when Redis has
+    /// not failed the breaker lately.
+    fn io_failed(&self, op: &'static str, error: &StorageError) {
+        self.metrics.breaker_io_failure(op);
+        let now = unix_ms();
+        let last = self.failure_logged_ms.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= LOG_FAILURES_EVERY_MS
+            && self
+                .failure_logged_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(
+                op,
+                %error,
+                "a breaker read or write failed; the breaker fails open (further failures are \
+                 counted in sticky_routing_breaker_io_failures_total, logged every 30 s)"
+            );
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! The connector circuit breaker's engine: one breaker per (merchant,
+//! connector), fed by RecordOutcome, read by GetPin, kept in two tiers.
+//!
+//! Tier 2 is Redis, where every instance's counts meet and where the state
+//! lives (`storage`'s breaker scripts); tier 1 is this process's memory,
+//! so that neither RPC pays a Redis round trip for the breaker:
+//! - RecordOutcome adds its call to a tally in memory ([`pending`]);
+//! - GetPin reads the states from a snapshot in memory ([`view`]);
+//! - one background task ([`cycle`]) moves both, every [`cycle::TICK`]:
+//!   it flushes the tallies (one script per merchant, all at once), decides
+//!   the transitions with the domain's rules, writes them, and reads back
+//!   the index of every breaker that is not plainly CLOSED, so a transition
+//!   made by any instance is seen by every instance within two ticks.
+//!
+//! It fails open: a flush that fails loses its tallies (counts are a
+//! signal, not a record), and a view that Redis has not refreshed for
+//! OPEN_FOR is treated as all CLOSED. No RPC waits on the breaker.
+//!
+//! Polling alone carries transitions between instances: the index is one
+//! small hash, read in one command per tick, so there is no pub/sub
+//! message to lose and nothing to resubscribe after a reconnect.
+
+mod cycle;
+mod pending;
+mod view;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::domain::breaker::{
+    BreakerSettings, BreakerState, CountInto, Override, OverrideUntil, VetoReason, breaker_veto, count_into,
+    state_at,
+};
+use crate::domain::ids::{Connector, MerchantId};
+use crate::storage::{ConnectorHealthRow, RedisStore, StorageError};
+use crate::telemetry::Metrics;
+use pending::Pending;
+use view::View;
+
+/// The breakers of every (merchant, connector) this process serves.
+pub struct Breakers {
+    store: RedisStore,
+    settings: BreakerSettings,
+    metrics: Arc<Metrics>,
+    pending: Pending,
+    view: View,
+    /// When a failed breaker read or write was last logged (Unix ms).
+    failure_logged_ms: AtomicI64,
+}
+
+impl Breakers {
+    pub fn new(store: RedisStore, settings: BreakerSettings, metrics: Arc<Metrics>) -> Self {
+        Self {
+            pending: Pending::new(settings.max_tracked),
+            view: View::default(),
+            failure_logged_ms: AtomicI64::new(0),
+            store,
+            settings,
+            metrics,
+        }
+    }
+
+    /// Starts the background cycle. It ends when `stop` is cancelled, after
+    /// one last flush, so the counts of the calls answered before a
+    /// shutdown still reach Redis; await the handle before closing the store.
+    pub fn start(self: &Arc<Self>, stop: CancellationToken) -> JoinHandle<()> {
+        tokio::spawn(cycle::run(self.clone(), stop))
+    }
+
+    /// The breaker's veto for each candidate of one GetPin of `merchant`.
+    /// Nothing is read from Redis; while no breaker of the merchant is
+    /// tripped or overridden, it costs one map lookup per GetPin and no
+    /// clock read. The half-open probe is drawn at most once per GetPin, and
+    /// only when a candidate is HALF-OPEN.
+    pub fn veto_for<'a>(
+        &'a self,
+        merchant: &'a MerchantId,
+    ) -> impl FnMut(&str) -> Option<VetoReason> + 'a {
+        let snapshot = self.view.load();
+        let mut now_ms = None;
+        let mut probe = None;
+        move |connector| {
+            let entry = *snapshot.entry(merchant.as_str(), connector)?;
+            let now = *now_ms.get_or_insert_with(unix_ms);
+            if !snapshot.fresh(now, &self.settings) {
+                return None;
+            }
+            let state = state_at(entry.tripped.as_ref(), now, &self.settings);
+            let probe_now = matches!(state, BreakerState::HalfOpen { .. })
+                && *probe.get_or_insert_with(|| draw(self.settings.probe_share.get()));
+            breaker_veto(state, entry.over, now, probe_now)
+        }
+    }
+
+    /// Counts one answered RecordOutcome for its (merchant, connector)
+    /// breaker: where it goes (a window bucket, the half-open probes, or
+    /// nowhere while OPEN) is decided by this instance's view now.
+    pub fn count(&self, merchant: &MerchantId, connector: &Connector, failed: bool) {
+        let now = unix_ms();
+        let snapshot = self.view.load();
+        let tripped = snapshot
+            .entry(merchant.as_str(), connector.as_str())
+            .filter(|_| snapshot.fresh(now, &self.settings))
+            .and_then(|entry| entry.tripped);
+        let state = state_at(tripped.as_ref(), now, &self.settings);
+        let into = count_into(state, now, &self.settings);
+        if into != CountInto::Nowhere {
+            self.pending.add(merchant, connector, into, failed);
+        }
+    }
+
+    /// Every connector of `merchant` with a state, counts in the current
+    /// window or an override, read from Redis (not from this instance).
+    pub async fn health(
+        &self,
+        merchant: &MerchantId,
+        deadline: Instant,
+    ) -> Result<Vec<ConnectorHealthRow>, StorageError> {
+        let result = self
+            .store
+            .breaker_health(merchant, unix_ms(), &self.settings, deadline)
+            .await;
+        if result.is_err() {
+            self.metrics.breaker_io_failure("health");
+        }
+        result
+    }
+
+    /// Sets `over` for `ttl`, or clears the override (`None`). This
+    /// instance sees it at once, every other within a tick or two.
+    pub async fn set_override(
+        &self,
+        merchant: &MerchantId,
+        connector: &Connector,
+        over: Option<(Override, Duration)>,
+        deadline: Instant,
+    ) -> Result<(), StorageError> {
+        let now = unix_ms();
+        let over = over.map(|(kind, ttl)| OverrideUntil {
+            kind,
+            until_ms: now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)),
+        });
+        let result = self
+            .store
+            .set_override(merchant, connector.as_str(), over, now, deadline)
+            .await;
+        match result {
+            Ok(()) => {
+                self.view
+                    .update(merchant.as_str(), connector.as_str(), |entry| entry.over = over);
+                tracing::info!(
+                    merchant = merchant.as_str(),
+                    connector = connector.as_str(),
+                    over = ?over,
+                    "breaker override set"
+                );
+                Ok(())
+            }
+            Err(error) => {
+                self.metrics.breaker_io_failure("override");
+                Err(error)
+            }
+        }
+    }
+}
+
+/// Now, as the Unix milliseconds every breaker time is kept in.
+fn unix_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// True with probability `share`: the half-open probe's draw. The
+/// standard library's hash keys differ for every `RandomState`, which is
+/// random enough to spread probes and needs no generator to seed or share.
+fn draw(share: f64) -> bool {
+    use std::hash::{BuildHasher, Hasher};
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    // The top 53 bits as a fraction in [0, 1).
+    #[allow(clippy::cast_precision_loss)]
+    let fraction = (random >> 11) as f64 / (1u64 << 53) as f64;
+    fraction < share
+}
