@@ -51,6 +51,9 @@ pub(super) const REPROBE_EVERY: Duration = Duration::from_secs(30);
 const CUSTOMER: &str = "sticky_gw__probe";
 /// An admission key, likewise.
 const ADMISSION: &str = "sticky_adm__probe";
+/// A breaker key, likewise: `sticky_brk__` begins no breaker key (each
+/// family letter follows the prefix).
+const BREAKER: &str = "sticky_brk__probe";
 /// Any 40 hex digits: EVALSHA's ACL check reads its key, not its script.
 const ANY_SHA: &str = "0000000000000000000000000000000000000000";
 
@@ -92,6 +95,7 @@ impl Need {
 
 const CUSTOMERS: &str = "sticky_gw_*";
 const ADMISSIONS: &str = "sticky_adm_*";
+const BREAKERS: &str = "sticky_brk_*";
 
 /// Everything the service and its scripts send. `scripts_call_nothing_unprobed`
 /// holds the scripts' commands to this list.
@@ -125,6 +129,20 @@ pub(super) const NEEDS: &[Need] = &[
     Need::on("+hmget", ADMISSIONS, &["HMGET", ADMISSION, "w"]),
     Need::on("+hset", ADMISSIONS, &["HSET", ADMISSION, "w", "1"]),
     Need::on("+pexpire", ADMISSIONS, &["PEXPIRE", ADMISSION, "1"]),
+    // The circuit breaker: its scripts' calls, GetConnectorHealth's HGETALL...
+    Need::on("+evalsha", BREAKERS, &["EVALSHA", ANY_SHA, "1", BREAKER]),
+    Need::on("+eval", BREAKERS, &["EVAL", "return 1", "1", BREAKER]),
+    Need::on("+hgetall", BREAKERS, &["HGETALL", BREAKER]),
+    // ...and what breaker_flush.lua, breaker_transition.lua and
+    // breaker_index.lua call.
+    Need::on("+hmget", BREAKERS, &["HMGET", BREAKER, "f"]),
+    Need::on("+hget", BREAKERS, &["HGET", BREAKER, "f"]),
+    Need::on("+hset", BREAKERS, &["HSET", BREAKER, "f", "1"]),
+    Need::on("+hincrby", BREAKERS, &["HINCRBY", BREAKER, "f", "1"]),
+    Need::on("+hdel", BREAKERS, &["HDEL", BREAKER, "f"]),
+    Need::on("+del", BREAKERS, &["DEL", BREAKER]),
+    Need::on("+pttl", BREAKERS, &["PTTL", BREAKER]),
+    Need::on("+pexpire", BREAKERS, &["PEXPIRE", BREAKER, "1"]),
 ];
 
 /// probe.lua's arguments: each need's word count, then its words.

@@ -1,6 +1,7 @@
 //! The Lua scripts that make the read-modify-write rules atomic.
 //!
-//! Each touches exactly one key, so they run unchanged on Redis Cluster. They
+//! Each touches one key, or (breaker_transition.lua) keys of one Cluster
+//! slot (one hash tag), so they run unchanged on Redis Cluster. They
 //! are called by SHA (EVALSHA, one round trip, no script body on the wire);
 //! a Redis that forgot them (restart, failover, `SCRIPT FLUSH`) answers
 //! NOSCRIPT, and the call is repeated once as EVAL, which also caches the
@@ -50,7 +51,20 @@ impl LuaScript {
         args: &[Value],
         metrics: &Metrics,
     ) -> Result<R, Error> {
-        self.send(client, Some(key), args, metrics).await
+        self.send(client, &[key], args, metrics).await
+    }
+
+    /// Runs the script against `keys`, which must all be of one Cluster
+    /// slot (one hash tag: Cluster refuses others with CROSSSLOT); the
+    /// first one routes the call.
+    pub async fn run_keys<R: FromValue>(
+        &self,
+        client: &WithOptions<Client>,
+        keys: &[&str],
+        args: &[Value],
+        metrics: &Metrics,
+    ) -> Result<R, Error> {
+        self.send(client, keys, args, metrics).await
     }
 
     /// Runs a script that touches no key (the permission probe): on
@@ -61,29 +75,24 @@ impl LuaScript {
         args: &[Value],
         metrics: &Metrics,
     ) -> Result<R, Error> {
-        self.send(client, None, args, metrics).await
+        self.send(client, &[], args, metrics).await
     }
 
     async fn send<R: FromValue>(
         &self,
         client: &WithOptions<Client>,
-        key: Option<&str>,
+        keys: &[&str],
         args: &[Value],
         metrics: &Metrics,
     ) -> Result<R, Error> {
         // A custom command's slot must be given outright: fred hashes the
         // first string argument otherwise, which here is the script.
-        let slot = ClusterHash::Custom(key.map_or(0, |key| redis_keyslot(key.as_bytes())));
+        let slot = ClusterHash::Custom(keys.first().map_or(0, |key| redis_keyslot(key.as_bytes())));
         let command = |name: &'static str, script: &str| {
-            let mut line = Vec::with_capacity(args.len() + 3);
+            let mut line = Vec::with_capacity(args.len() + keys.len() + 2);
             line.push(Value::from(script));
-            match key {
-                Some(key) => {
-                    line.push(Value::from(1));
-                    line.push(Value::from(key));
-                }
-                None => line.push(Value::from(0)),
-            }
+            line.push(Value::from(keys.len() as i64));
+            line.extend(keys.iter().map(|key| Value::from(*key)));
             line.extend(args.iter().cloned());
             (CustomCommand::new_static(name, slot.clone(), false), line)
         };
@@ -115,7 +124,13 @@ pub struct Scripts {
     /// Whether the service's Redis user may run what the service needs
     /// (`permissions.rs`); it runs nothing and writes nothing.
     pub probe: LuaScript,
-    /// The three above, many calls per EVALSHA (bulk import only; see
+    /// The circuit breaker's: one merchant's pending counts
+    /// (`scripts/breaker_flush.lua`), one breaker's transition
+    /// (`breaker_transition.lua`), the global index (`breaker_index.lua`).
+    pub breaker_flush: LuaScript,
+    pub breaker_transition: LuaScript,
+    pub breaker_index: LuaScript,
+    /// The first three above, many calls per EVALSHA (bulk import only; see
     /// `scripts/batch.lua`).
     pub batch: Script,
 }
@@ -166,6 +181,26 @@ impl Scripts {
                 RedisCommand::PermissionProbe,
                 include_str!("scripts/probe.lua"),
             ),
+            // The counts hash's layout and helpers are shared Lua, put in
+            // front of the two scripts that read it.
+            breaker_flush: LuaScript::new(
+                RedisCommand::BreakerFlush,
+                concat!(
+                    include_str!("scripts/breaker_common.lua"),
+                    include_str!("scripts/breaker_flush.lua")
+                ),
+            ),
+            breaker_transition: LuaScript::new(
+                RedisCommand::BreakerTransition,
+                concat!(
+                    include_str!("scripts/breaker_common.lua"),
+                    include_str!("scripts/breaker_transition.lua")
+                ),
+            ),
+            breaker_index: LuaScript::new(
+                RedisCommand::BreakerIndex,
+                include_str!("scripts/breaker_index.lua"),
+            ),
             batch: Script::from_lua(BATCH),
         }
     }
@@ -181,12 +216,15 @@ impl Scripts {
         }
     }
 
-    pub fn all(&self) -> [&LuaScript; 4] {
+    pub fn all(&self) -> [&LuaScript; 7] {
         [
             &self.record_success,
             &self.record_failure,
             &self.admit,
             &self.probe,
+            &self.breaker_flush,
+            &self.breaker_transition,
+            &self.breaker_index,
         ]
     }
 }

@@ -95,11 +95,22 @@ pub enum RedisCommand {
     /// The readiness check's other half: probe.lua, which asks Redis whether
     /// the service's user may run every command the service needs.
     PermissionProbe,
+    /// The circuit breaker's background flush of one merchant's counts:
+    /// breaker_flush.lua.
+    BreakerFlush,
+    /// One breaker's trip, close or reopen: breaker_transition.lua.
+    BreakerTransition,
+    /// The breaker index's poll, and its writes (trips, overrides):
+    /// breaker_index.lua.
+    BreakerIndex,
+    /// GetConnectorHealth: HGETALL of the merchant's breaker counts and of
+    /// the breaker index.
+    BreakerHealth,
 }
 
 impl RedisCommand {
     /// Every command, each at its own index.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 12] = [
         Self::ReadCombos,
         Self::ReadHabits,
         Self::Forget,
@@ -108,6 +119,10 @@ impl RedisCommand {
         Self::Admit,
         Self::Ping,
         Self::PermissionProbe,
+        Self::BreakerFlush,
+        Self::BreakerTransition,
+        Self::BreakerIndex,
+        Self::BreakerHealth,
     ];
 
     pub fn label(self) -> &'static str {
@@ -120,6 +135,10 @@ impl RedisCommand {
             Self::Admit => "admit",
             Self::Ping => "ping",
             Self::PermissionProbe => "permission_probe",
+            Self::BreakerFlush => "breaker_flush",
+            Self::BreakerTransition => "breaker_transition",
+            Self::BreakerIndex => "breaker_index",
+            Self::BreakerHealth => "breaker_health",
         }
     }
 }
@@ -232,7 +251,8 @@ impl Metrics {
                     "Time of each Redis call made for an RPC or the readiness check, from \
                      handing it to the Redis client to its answer, whatever the answer, by \
                      command: read_combos, read_habits, forget, record_success, \
-                     record_failure, admit, ping, permission_probe",
+                     record_failure, admit, ping, permission_probe, breaker_flush, \
+                     breaker_transition, breaker_index, breaker_health",
                 )
                 .with_boundaries(REDIS_LATENCY_BUCKETS.to_vec())
                 .build(),
@@ -251,7 +271,8 @@ impl Metrics {
                 .with_description(
                     "Script calls that Redis answered NOSCRIPT (it forgot the script: a \
                      restart, a failover, SCRIPT FLUSH) and that were sent again as EVAL, by \
-                     script: record_success, record_failure, admit",
+                     script: record_success, record_failure, admit, permission_probe, \
+                     breaker_flush, breaker_transition, breaker_index",
                 )
                 .build(),
             admission_refusals: meter

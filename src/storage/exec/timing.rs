@@ -57,6 +57,16 @@ impl<'a> Timed<'a> {
         // of its own twice a second.
         let span = match command {
             RedisCommand::Ping | RedisCommand::PermissionProbe => tracing::Span::none(),
+            // The breaker's background task (flush, transitions, index
+            // poll, every 500 ms) belongs to no call either; an admin RPC's
+            // index write does, and is traced under it.
+            RedisCommand::BreakerFlush
+            | RedisCommand::BreakerTransition
+            | RedisCommand::BreakerIndex
+                if tracing::Span::current().is_none() =>
+            {
+                tracing::Span::none()
+            }
             _ => traces::redis_span(command.label()),
         };
         Self {

@@ -17,6 +17,22 @@ const SCRIPTS: &[(&str, &str)] = &[
     ),
     ("admit.lua", include_str!("../scripts/admit.lua")),
     ("batch.lua", include_str!("../scripts/batch.lua")),
+    (
+        "breaker_common.lua",
+        include_str!("../scripts/breaker_common.lua"),
+    ),
+    (
+        "breaker_flush.lua",
+        include_str!("../scripts/breaker_flush.lua"),
+    ),
+    (
+        "breaker_transition.lua",
+        include_str!("../scripts/breaker_transition.lua"),
+    ),
+    (
+        "breaker_index.lua",
+        include_str!("../scripts/breaker_index.lua"),
+    ),
 ];
 
 /// The commands a Lua source calls or checks: the first argument of each
