@@ -32,8 +32,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::breaker::{
-    BreakerSettings, BreakerState, CountInto, Override, OverrideUntil, VetoReason, breaker_veto, count_into,
-    state_at,
+    BreakerSettings, BreakerState, CountInto, Override, OverrideUntil, Share, VetoReason, breaker_veto,
+    count_into, state_at,
 };
 use crate::domain::ids::{Connector, MerchantId};
 use crate::storage::{ConnectorHealthRow, RedisStore, StorageError};
@@ -91,7 +91,7 @@ impl Breakers {
             }
             let state = state_at(entry.tripped.as_ref(), now, &self.settings);
             let probe_now = matches!(state, BreakerState::HalfOpen { .. })
-                && *probe.get_or_insert_with(|| draw(self.settings.probe_share.get()));
+                && *probe.get_or_insert_with(|| draw(self.settings.probe_share));
             breaker_veto(state, entry.over, now, probe_now)
         }
     }
@@ -175,16 +175,13 @@ fn unix_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// True with probability `share`: the half-open probe's draw. The
+/// True for about `share` of calls: the half-open probe's draw. The
 /// standard library's hash keys differ for every `RandomState`, which is
 /// random enough to spread probes and needs no generator to seed or share.
-fn draw(share: f64) -> bool {
+fn draw(share: Share) -> bool {
     use std::hash::{BuildHasher, Hasher};
     let random = std::collections::hash_map::RandomState::new()
         .build_hasher()
         .finish();
-    // The top 53 bits as a fraction in [0, 1).
-    #[allow(clippy::cast_precision_loss)]
-    let fraction = (random >> 11) as f64 / (1u64 << 53) as f64;
-    fraction < share
+    random % 1_000_000 < u64::from(share.ppm())
 }
