@@ -35,5 +35,8 @@ pub(crate) use ops::{
 };
 pub use scan::{HashContents, HashScanner, ScanError, ScannedHash};
 pub use settings::{REDIS_SETTINGS, RedisSetting, RedisSettings, RedisUrl, Secret, redact_url};
-pub use store::RedisStore;
+pub use store::{
+    BreakerTransition, ConnectorHealthRow, ConnectorSnapshot, ConnectorTally, IndexEntry,
+    RedisStore,
+};
 pub use tls::{ClientCertFiles, TlsError, TlsFile, TlsFiles};

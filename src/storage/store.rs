@@ -8,6 +8,8 @@
 //! which ops an outcome makes, for RecordOutcome and the bulk import alike,
 //! so no caller can skip admission.
 
+mod breaker;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -29,6 +31,10 @@ use crate::domain::ids::{CustomerId, MerchantId};
 use crate::domain::keys::{self, CustomerKey};
 use crate::domain::memory_guard::{GuardReading, MemoryLimit};
 use crate::telemetry::{Metrics, RedisCommand};
+
+pub use breaker::{
+    BreakerTransition, ConnectorHealthRow, ConnectorSnapshot, ConnectorTally, IndexEntry,
+};
 
 /// The Redis-backed store. Cheap to clone: clones share the pool.
 #[derive(Clone)]

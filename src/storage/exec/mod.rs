@@ -147,7 +147,7 @@ impl Exec {
 
     /// A call refused for want of a permission has its node probed at the
     /// next readiness check (`permissions.rs`).
-    fn note_refusal(&self, key: &str, error: &StorageError) {
+    pub fn note_refusal(&self, key: &str, error: &StorageError) {
         if !error.is_permission_refusal() {
             return;
         }

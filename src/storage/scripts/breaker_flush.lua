@@ -162,7 +162,7 @@ end
 brk_chunked(hdel, function(...) redis.call('HDEL', key, ...) end)
 brk_chunked(hset, function(...) redis.call('HSET', key, ...) end)
 for _, incr in ipairs(hincr) do
-  redis.call('HINCRBY', key, incr[1], incr[2])
+  redis.call('HINCRBY', key, incr[1], brk_fmt(incr[2]))
 end
 if #hset > 0 or #hincr > 0 or #hdel > 0 then
   brk_keep_ttl(key, half)

@@ -164,6 +164,7 @@ async fn admit(
 
 mod attempts;
 mod batch;
+mod breaker;
 mod counts;
 mod import_mark;
 

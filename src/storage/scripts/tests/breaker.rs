@@ -1,0 +1,834 @@
+//! The circuit breaker's scripts on real Redis, through the store's calls:
+//! the bucketed window, what OPEN and HALF-OPEN count, the transitions'
+//! compare and set, the index, GetConnectorHealth's rows, and a TTL on
+//! every key they write. Times are explicit `now_ms` values (the scripts
+//! never read a clock), so nothing sleeps; only the TTLs are real time.
+
+use std::time::Duration;
+
+use fred::interfaces::ClientLike;
+use fred::prelude::Value;
+use fred::types::{ClusterHash, CustomCommand};
+
+use super::*;
+use crate::domain::breaker::{
+    BreakerSettings, BreakerState, Counts, Override, OverrideUntil, Tripped,
+};
+use crate::domain::keys::BREAKER_INDEX_KEY;
+use crate::storage::{
+    BreakerTransition, ConnectorHealthRow, ConnectorSnapshot, ConnectorTally, IndexEntry,
+};
+
+/// A 1 s window: 100 ms buckets, a ring of 12; OPEN for 3 s, HALF-OPEN
+/// for 2 s.
+fn settings() -> BreakerSettings {
+    BreakerSettings {
+        window: Duration::from_secs(1),
+        open_for: Duration::from_secs(3),
+        ..BreakerSettings::DEFAULT
+    }
+}
+
+const W: i64 = 1_000;
+const B: i64 = 100;
+const OPEN_FOR: i64 = 3_000;
+const HALF: i64 = 2_000;
+/// A plausible Unix time in ms, on a bucket's start.
+const T0: i64 = 1_764_000_000_000;
+
+fn merchant(m: &str) -> MerchantId {
+    MerchantId::parse(m).unwrap()
+}
+
+fn counts(calls: u64, failures: u64) -> Counts {
+    Counts { calls, failures }
+}
+
+fn buckets(c: &str, buckets: &[(i64, u64, u64)]) -> ConnectorTally {
+    ConnectorTally {
+        connector: c.into(),
+        buckets: buckets
+            .iter()
+            .map(|&(b, calls, failures)| (b, counts(calls, failures)))
+            .collect(),
+        probes: None,
+    }
+}
+
+fn probes(c: &str, until: i64, calls: u64, failures: u64) -> ConnectorTally {
+    ConnectorTally {
+        connector: c.into(),
+        buckets: vec![],
+        probes: Some((until, counts(calls, failures))),
+    }
+}
+
+impl Harness {
+    fn flush(&self, m: &str, tallies: &[ConnectorTally], now: i64) -> Vec<ConnectorSnapshot> {
+        self.runtime
+            .block_on(self.store.flush_breakers(
+                &merchant(m),
+                tallies,
+                now,
+                &settings(),
+                deadline(),
+            ))
+            .unwrap()
+    }
+
+    /// One connector's shared state at `now`, adding nothing.
+    fn snapshot(&self, m: &str, c: &str, now: i64) -> ConnectorSnapshot {
+        self.flush(m, &[buckets(c, &[])], now).remove(0)
+    }
+
+    fn transition(
+        &self,
+        m: &str,
+        c: &str,
+        transition: BreakerTransition,
+        now: i64,
+    ) -> Option<Tripped> {
+        self.runtime
+            .block_on(self.store.transition_breaker(
+                &merchant(m),
+                c,
+                transition,
+                now,
+                &settings(),
+                deadline(),
+            ))
+            .unwrap()
+    }
+
+    fn poll(&self, now: i64) -> Vec<IndexEntry> {
+        self.runtime
+            .block_on(self.store.poll_breaker_index(now, &settings(), deadline()))
+            .unwrap()
+    }
+
+    fn health(&self, m: &str, now: i64) -> Vec<ConnectorHealthRow> {
+        self.runtime
+            .block_on(
+                self.store
+                    .breaker_health(&merchant(m), now, &settings(), deadline()),
+            )
+            .unwrap()
+    }
+
+    fn strings(&self, key: &str) -> HashMap<String, String> {
+        self.raw(key)
+            .into_iter()
+            .map(|(f, v)| (f, String::from_utf8(v).unwrap()))
+            .collect()
+    }
+
+    fn pttl(&self, key: &str) -> i64 {
+        self.runtime.block_on(self.inspect.pttl(key)).unwrap()
+    }
+
+    /// Every breaker key in this Redis.
+    fn breaker_keys(&self) -> Vec<String> {
+        self.runtime.block_on(async {
+            let keys: Value = self
+                .inspect
+                .custom(
+                    CustomCommand::new_static("KEYS", ClusterHash::Random, false),
+                    vec!["sticky_brk_*"],
+                )
+                .await
+                .unwrap();
+            keys.into_array()
+                .into_iter()
+                .map(|k| k.into_string().unwrap())
+                .collect()
+        })
+    }
+}
+
+fn counts_key(m: &str) -> String {
+    keys::breaker_counts_key(&merchant(m)).as_str().to_owned()
+}
+
+fn open_key(m: &str, c: &str) -> String {
+    keys::breaker_open_key(&merchant(m), c).as_str().to_owned()
+}
+
+#[test]
+fn the_ring_has_the_domains_shape() {
+    let s = settings();
+    assert_eq!((s.window_ms(), s.bucket_ms(), s.ring_len()), (W, B, 12));
+    assert_eq!((s.open_for_ms(), s.half_open_for_ms()), (OPEN_FOR, HALF));
+    assert_eq!(T0 % B, 0);
+}
+
+#[test]
+fn a_flush_adds_into_ring_slots_and_sums_only_the_window() {
+    let h = Harness::new();
+    let s = settings();
+    let b0 = s.bucket_of(T0);
+    // Two instances' counts of one bucket add up; another connector's stay
+    // apart; the answer follows the tallies' order.
+    let first = h.flush("m", &[buckets("a", &[(b0, 2, 1)]), buckets("z", &[])], T0);
+    assert_eq!(first[0].window, counts(2, 1));
+    assert_eq!(
+        (first[1].connector.as_str(), first[1].window),
+        ("z", counts(0, 0))
+    );
+    let second = h.flush(
+        "m",
+        &[buckets("a", &[(b0, 3, 0), (b0 + 1, 1, 1)])],
+        T0 + B + 5,
+    );
+    assert_eq!(second[0].window, counts(6, 2));
+    let stored = h.strings(&counts_key("m"));
+    let slot = b0 % s.ring_len();
+    assert_eq!(stored[&format!("b{slot}:a")], format!("{b0} 5 1"));
+    assert_eq!(
+        stored[&format!("b{}:a", slot + 1)],
+        format!("{} 1 1", b0 + 1)
+    );
+    assert_eq!(stored.len(), 2, "{stored:?}");
+    assert_eq!(second[0].tripped, None);
+
+    // A call of bucket b0 (made at T0, its start, at the latest) counts
+    // for at least the window and never after the window plus one bucket:
+    // until (b0 + 1) × B + W, exclusive.
+    let end = (b0 + 1) * B + W;
+    assert_eq!(h.snapshot("m", "a", end - 1).window, counts(6, 2));
+    assert_eq!(h.snapshot("m", "a", end).window, counts(1, 1));
+    assert_eq!(h.snapshot("m", "a", end + B).window, counts(0, 0));
+    // The slots that no longer count are gone.
+    assert!(h.strings(&counts_key("m")).is_empty());
+
+    // Counts of a bucket that no longer counts are dropped, not added; so
+    // are those of a bucket still to come (another instance's clock ahead).
+    let now = T0 + 10 * W;
+    let late = s.bucket_of(now - W - B - 1);
+    let ahead = s.bucket_of(now) + 1;
+    let got = h.flush("m", &[buckets("a", &[(late, 4, 4), (ahead, 1, 0)])], now);
+    assert_eq!(got[0].window, counts(0, 0));
+    assert_eq!(h.snapshot("m", "a", ahead * B).window, counts(0, 0));
+
+    // A slot holding an older bucket is reset, not added to: buckets a
+    // ring apart share a slot.
+    let now = T0 + 100 * W;
+    let old = s.bucket_of(now) - s.ring_len();
+    h.flush("m", &[buckets("r", &[(old, 9, 9)])], old * B);
+    let got = h.flush("m", &[buckets("r", &[(old + s.ring_len(), 1, 0)])], now);
+    assert_eq!(got[0].window, counts(1, 0));
+    // And a bucket a ring older never lands in its slot again: it cannot
+    // count any more (the ring spans more than a window).
+    let got = h.flush("m", &[buckets("r", &[(old, 5, 5)])], now);
+    assert_eq!(got[0].window, counts(1, 0));
+}
+
+#[test]
+fn a_trip_takes_the_windows_counts_and_open_drops_every_count() {
+    let h = Harness::new();
+    let s = settings();
+    let b0 = s.bucket_of(T0);
+    h.flush("m", &[buckets("a", &[(b0, 20, 10)])], T0);
+    let now = T0 + 50;
+    let tripped = h.transition("m", "a", BreakerTransition::Trip, now);
+    let t = now + OPEN_FOR;
+    assert_eq!(
+        tripped,
+        Some(Tripped {
+            open_until_ms: t,
+            calls: 20,
+            failures: 10
+        })
+    );
+    let stored = h.strings(&counts_key("m"));
+    assert_eq!(
+        stored,
+        HashMap::from([("t:a".to_owned(), format!("{t} 20 10"))]),
+        "the ring is cleared"
+    );
+    assert_eq!(
+        h.strings(&open_key("m", "a")),
+        HashMap::from([("v".to_owned(), format!("{t} 20 10"))])
+    );
+
+    // While OPEN, calls count nowhere: buckets and probes alike.
+    let got = h.flush(
+        "m",
+        &[ConnectorTally {
+            connector: "a".into(),
+            buckets: vec![(s.bucket_of(t - 1), counts(5, 5))],
+            probes: Some((t, counts(3, 3))),
+        }],
+        t - 1,
+    );
+    assert_eq!(got[0].window, counts(0, 0));
+    assert_eq!(got[0].probes, counts(0, 0));
+    assert_eq!(got[0].tripped.map(|t| t.counts()), Some(counts(20, 10)));
+    assert_eq!(h.strings(&counts_key("m")).len(), 1);
+}
+
+#[test]
+fn half_open_counts_only_probes_tagged_with_its_trip() {
+    let h = Harness::new();
+    let s = settings();
+    let t = h
+        .transition("m", "a", BreakerTransition::Trip, T0)
+        .unwrap()
+        .open_until_ms;
+    let now = t + 10;
+    let got = h.flush(
+        "m",
+        &[
+            // Its probes, and buckets an instance counted as CLOSED.
+            ConnectorTally {
+                connector: "a".into(),
+                buckets: vec![(s.bucket_of(now), counts(7, 7))],
+                probes: Some((t, counts(2, 1))),
+            },
+        ],
+        now,
+    );
+    assert_eq!(got[0].probes, counts(2, 1));
+    assert_eq!(got[0].window, counts(0, 0));
+    // Probes of another half-open (an older trip's) are dropped.
+    let got = h.flush("m", &[probes("a", t - 1, 5, 5)], now + 1);
+    assert_eq!(got[0].probes, counts(2, 1));
+    let got = h.flush("m", &[probes("a", t, 1, 0)], t + HALF - 1);
+    assert_eq!(got[0].probes, counts(3, 1));
+    assert_eq!(got[0].tripped.unwrap().open_until_ms, t);
+}
+
+#[test]
+fn a_half_open_that_timed_out_is_cleared_and_counts_afresh() {
+    let h = Harness::new();
+    let s = settings();
+    let t = h
+        .transition("m", "a", BreakerTransition::Trip, T0)
+        .unwrap()
+        .open_until_ms;
+    h.flush("m", &[probes("a", t, 1, 1)], t);
+    let now = t + HALF;
+    let got = h.flush(
+        "m",
+        &[ConnectorTally {
+            connector: "a".into(),
+            buckets: vec![(s.bucket_of(now), counts(4, 1))],
+            // Its late probes: dropped, the half-open is over.
+            probes: Some((t, counts(9, 9))),
+        }],
+        now,
+    );
+    assert_eq!(got[0].tripped, None);
+    assert_eq!(got[0].probes, counts(0, 0));
+    assert_eq!(got[0].window, counts(4, 1));
+    let stored = h.strings(&counts_key("m"));
+    assert_eq!(stored["x:a"], t.to_string());
+    for gone in ["t:a", "hc:a", "hf:a"] {
+        assert!(!stored.contains_key(gone), "{stored:?}");
+    }
+    // A trip then is a fresh one (the timed-out one refuses nothing).
+    assert!(
+        h.transition("m", "a", BreakerTransition::Trip, now + 1)
+            .is_some()
+    );
+}
+
+#[test]
+fn probes_of_a_trip_the_hash_lost_make_it_again() {
+    let h = Harness::new();
+    // The hash expired during a long OPEN: an instance that saw the trip
+    // (in the index) counts probes tagged with it.
+    let u = T0;
+    let got = h.flush("m", &[probes("a", u, 2, 0)], u + 10);
+    assert_eq!(
+        got[0].tripped,
+        Some(Tripped {
+            open_until_ms: u,
+            calls: 0,
+            failures: 0
+        })
+    );
+    assert_eq!(got[0].probes, counts(2, 0));
+    // Not once it is over, nor for a trip the hash says was closed.
+    let got = h.flush("n", &[probes("a", u, 2, 0)], u + HALF);
+    assert_eq!(got[0].tripped, None);
+    let t = h
+        .transition("p", "a", BreakerTransition::Trip, u - OPEN_FOR)
+        .unwrap()
+        .open_until_ms;
+    assert!(
+        h.transition(
+            "p",
+            "a",
+            BreakerTransition::Close { open_until_ms: t },
+            t + 1
+        )
+        .is_some()
+    );
+    let got = h.flush("p", &[probes("a", t, 2, 0)], t + 2);
+    assert_eq!(got[0].tripped, None);
+    assert_eq!(got[0].probes, counts(0, 0));
+}
+
+#[test]
+fn transitions_apply_only_where_the_engine_saw_the_breaker() {
+    let h = Harness::new();
+    let t = h
+        .transition("m", "a", BreakerTransition::Trip, T0)
+        .unwrap()
+        .open_until_ms;
+    assert_eq!(t, T0 + OPEN_FOR);
+    // A second trip is refused, OPEN or HALF-OPEN.
+    assert_eq!(
+        h.transition("m", "a", BreakerTransition::Trip, T0 + 1),
+        None
+    );
+    assert_eq!(
+        h.transition("m", "a", BreakerTransition::Trip, t + HALF - 1),
+        None
+    );
+    // A close or reopen of another trip is refused, and so is one of a
+    // breaker never tripped.
+    for wrong in [
+        BreakerTransition::Close {
+            open_until_ms: t - 1,
+        },
+        BreakerTransition::Reopen {
+            open_until_ms: t + 1,
+        },
+    ] {
+        assert_eq!(h.transition("m", "a", wrong, t + 5), None);
+        assert_eq!(h.transition("m", "b", wrong, t + 5), None);
+    }
+
+    // Reopen: OPEN again for OPEN_FOR, with the probes as its counts.
+    h.flush("m", &[probes("a", t, 5, 4)], t + 5);
+    let now = t + 10;
+    let reopened = h
+        .transition(
+            "m",
+            "a",
+            BreakerTransition::Reopen { open_until_ms: t },
+            now,
+        )
+        .unwrap();
+    let t2 = now + OPEN_FOR;
+    assert_eq!(
+        reopened,
+        Tripped {
+            open_until_ms: t2,
+            calls: 5,
+            failures: 4
+        }
+    );
+    assert_eq!(
+        h.strings(&counts_key("m")),
+        HashMap::from([("t:a".to_owned(), format!("{t2} 5 4"))])
+    );
+    assert_eq!(h.strings(&open_key("m", "a"))["v"], format!("{t2} 5 4"));
+    // The old trip's close is refused now.
+    assert_eq!(
+        h.transition("m", "a", BreakerTransition::Close { open_until_ms: t }, t2),
+        None
+    );
+
+    // Close: the trip, its probes and the open key go; x remembers it.
+    h.flush("m", &[probes("a", t2, 5, 0)], t2 + 1);
+    let closed = h.transition(
+        "m",
+        "a",
+        BreakerTransition::Close { open_until_ms: t2 },
+        t2 + 2,
+    );
+    assert_eq!(closed.map(|c| c.open_until_ms), Some(t2));
+    assert_eq!(
+        h.strings(&counts_key("m")),
+        HashMap::from([("x:a".to_owned(), t2.to_string())])
+    );
+    assert!(h.strings(&open_key("m", "a")).is_empty());
+    // Counts start afresh.
+    assert_eq!(h.snapshot("m", "a", t2 + 3).window, counts(0, 0));
+    assert_eq!(
+        h.transition(
+            "m",
+            "a",
+            BreakerTransition::Close { open_until_ms: t2 },
+            t2 + 3
+        ),
+        None,
+        "closed once"
+    );
+}
+
+#[test]
+fn the_index_sets_polls_prunes_and_keeps_its_ttl() {
+    let h = Harness::new();
+    let s = settings();
+    let (m, n) = (merchant("m"), merchant("n"));
+    let tripped = Tripped {
+        open_until_ms: T0 + OPEN_FOR,
+        calls: 20,
+        failures: 12,
+    };
+    let over = OverrideUntil {
+        kind: Override::ForceOpen,
+        until_ms: T0 + 60_000,
+    };
+    h.runtime.block_on(async {
+        let store = &h.store;
+        store
+            .index_trip(&m, "a", tripped, &s, deadline())
+            .await
+            .unwrap();
+        store
+            .set_override(&m, "a", Some(over), T0, deadline())
+            .await
+            .unwrap();
+        let closed = OverrideUntil {
+            kind: Override::ForceClosed,
+            until_ms: T0 + 1_000,
+        };
+        store
+            .set_override(&n, "b", Some(closed), T0, deadline())
+            .await
+            .unwrap();
+    });
+    // The longest lifetime set: the override's 60 s.
+    let ttl = h.pttl(BREAKER_INDEX_KEY);
+    assert!((59_000..=60_000).contains(&ttl), "{ttl}");
+
+    let entries = h.poll(T0 + 10);
+    assert_eq!(
+        entries,
+        vec![
+            IndexEntry {
+                merchant: "m".into(),
+                connector: "a".into(),
+                tripped: Some(tripped),
+                over: Some(over),
+            },
+            IndexEntry {
+                merchant: "n".into(),
+                connector: "b".into(),
+                tripped: None,
+                over: Some(OverrideUntil {
+                    kind: Override::ForceClosed,
+                    until_ms: T0 + 1_000,
+                }),
+            },
+        ]
+    );
+    let ttl = h.pttl(BREAKER_INDEX_KEY);
+    assert!((59_000..=59_990).contains(&ttl), "{ttl}");
+
+    // Past n/b's override and a's HALF-OPEN: both pruned; a's override
+    // left, and the TTL is its remaining life.
+    let now = tripped.open_until_ms + HALF;
+    let entries = h.poll(now);
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].tripped, None);
+    assert_eq!(entries[0].over, Some(over));
+    assert_eq!(h.strings(BREAKER_INDEX_KEY).len(), 1);
+    let left = over.until_ms - now;
+    let ttl = h.pttl(BREAKER_INDEX_KEY);
+    assert!((left - 1_000..=left).contains(&ttl), "{ttl} vs {left}");
+
+    // A trip alone keeps the index for min(T + 2W - now, cap), the cap
+    // being max(2W, OPEN_FOR).
+    h.runtime.block_on(async {
+        h.store
+            .set_override(&m, "a", None, now, deadline())
+            .await
+            .unwrap();
+    });
+    assert!(h.strings(BREAKER_INDEX_KEY).is_empty());
+    let t = now + OPEN_FOR;
+    let trip = Tripped {
+        open_until_ms: t,
+        calls: 1,
+        failures: 1,
+    };
+    h.runtime
+        .block_on(h.store.index_trip(&m, "c", trip, &s, deadline()))
+        .unwrap();
+    let ttl = h.pttl(BREAKER_INDEX_KEY);
+    assert!((OPEN_FOR - 1_000..=OPEN_FOR).contains(&ttl), "{ttl}");
+    assert_eq!(h.poll(t + HALF - 1_500).len(), 1);
+    let ttl = h.pttl(BREAKER_INDEX_KEY);
+    assert!((1..=1_500).contains(&ttl), "{ttl}");
+
+    // A close clears only its own trip.
+    h.runtime.block_on(async {
+        let cleared = h
+            .store
+            .index_clear_trip(&m, "c", t / 10, deadline())
+            .await
+            .unwrap();
+        assert!(!cleared, "T = {} is no prefix match for {t}", t / 10);
+        let cleared = h
+            .store
+            .index_clear_trip(&m, "c", t, deadline())
+            .await
+            .unwrap();
+        assert!(cleared);
+    });
+    assert!(
+        h.breaker_keys().is_empty(),
+        "the index went with its last entry"
+    );
+}
+
+#[test]
+fn health_lists_trips_counts_and_overrides_in_bytewise_order() {
+    let h = Harness::new();
+    let s = settings();
+    let m = merchant("m");
+    let now = T0;
+    let b = s.bucket_of(now);
+    // "Z" < "a" < "é" bytewise.
+    h.flush(
+        "m",
+        &[
+            buckets("é", &[(b, 3, 1)]),
+            buckets("a", &[(b, 20, 10)]),
+            buckets("quiet", &[]),
+        ],
+        now,
+    );
+    let tripped = h
+        .transition("m", "a", BreakerTransition::Trip, now)
+        .unwrap();
+    h.flush("other", &[buckets("x", &[(b, 1, 1)])], now);
+    let over = OverrideUntil {
+        kind: Override::ForceClosed,
+        until_ms: now + 60_000,
+    };
+    h.runtime.block_on(async {
+        h.store
+            .index_trip(&m, "a", tripped, &s, deadline())
+            .await
+            .unwrap();
+        h.store
+            .set_override(&m, "Z", Some(over), now, deadline())
+            .await
+            .unwrap();
+    });
+    let rows = h.health("m", now + 1);
+    assert_eq!(
+        rows,
+        vec![
+            ConnectorHealthRow {
+                connector: "Z".into(),
+                state: BreakerState::Closed,
+                counts: counts(0, 0),
+                open_until_ms: 0,
+                over: Some(over),
+            },
+            ConnectorHealthRow {
+                connector: "a".into(),
+                state: BreakerState::Open {
+                    until_ms: tripped.open_until_ms
+                },
+                counts: counts(20, 10),
+                open_until_ms: tripped.open_until_ms,
+                over: None,
+            },
+            ConnectorHealthRow {
+                connector: "é".into(),
+                state: BreakerState::Closed,
+                counts: counts(3, 1),
+                open_until_ms: 0,
+                over: None,
+            },
+        ]
+    );
+    // HALF-OPEN: the probes so far.
+    let t = tripped.open_until_ms;
+    h.flush("m", &[probes("a", t, 2, 1)], t);
+    let rows = h.health("m", t + 1);
+    let a = rows.iter().find(|r| r.connector == "a").unwrap();
+    assert_eq!(a.state, BreakerState::HalfOpen { since_ms: t });
+    assert_eq!((a.counts, a.open_until_ms), (counts(2, 1), 0));
+    // An unknown merchant has no rows.
+    assert!(h.health("nobody", now).is_empty());
+}
+
+#[test]
+fn every_key_the_breaker_writes_has_a_ttl_within_the_bounds() {
+    let h = Harness::new();
+    let s = settings();
+    let m = merchant("m");
+    let b = s.bucket_of(T0);
+    h.flush(
+        "m",
+        &[buckets("a", &[(b, 20, 10)]), buckets("b", &[(b, 1, 0)])],
+        T0,
+    );
+    assert!(
+        (HALF - 1_000..=HALF).contains(&h.pttl(&counts_key("m"))),
+        "a flush gives 2W"
+    );
+    let t = h
+        .transition("m", "a", BreakerTransition::Trip, T0)
+        .unwrap()
+        .open_until_ms;
+    h.flush("n", &[probes("a", T0, 1, 0)], T0 + 1);
+    h.transition(
+        "n",
+        "a",
+        BreakerTransition::Reopen { open_until_ms: T0 },
+        T0 + 2,
+    )
+    .unwrap();
+    h.transition("n", "a", BreakerTransition::Trip, T0 + 2 + OPEN_FOR + HALF)
+        .unwrap();
+    h.flush("p", &[probes("a", T0, 1, 0)], T0 + 1);
+    h.transition(
+        "p",
+        "a",
+        BreakerTransition::Close { open_until_ms: T0 },
+        T0 + 2,
+    )
+    .unwrap();
+    h.runtime.block_on(async {
+        let tripped = Tripped {
+            open_until_ms: t,
+            calls: 20,
+            failures: 10,
+        };
+        h.store
+            .index_trip(&m, "a", tripped, &s, deadline())
+            .await
+            .unwrap();
+    });
+    let keys = h.breaker_keys();
+    assert!(keys.len() >= 6, "{keys:?}");
+    let bound = HALF.max(OPEN_FOR);
+    for key in keys {
+        let ttl = h.pttl(&key);
+        let bound = if key.starts_with("sticky_brk_o") {
+            OPEN_FOR
+        } else {
+            bound
+        };
+        assert!(
+            ttl > 0 && ttl <= bound,
+            "{key}: PTTL {ttl} not in (0, {bound}]"
+        );
+    }
+    // A trip keeps the counts hash for OPEN_FOR at least; the open key
+    // lives exactly OPEN_FOR.
+    assert!(h.pttl(&counts_key("m")) > HALF);
+    assert!(h.pttl(&open_key("m", "a")) > OPEN_FOR - 1_000);
+
+    // An override's TTL is the override's.
+    let over = OverrideUntil {
+        kind: Override::ForceOpen,
+        until_ms: T0 + 3_600_000,
+    };
+    h.runtime
+        .block_on(h.store.set_override(&m, "a", Some(over), T0, deadline()))
+        .unwrap();
+    let ttl = h.pttl(BREAKER_INDEX_KEY);
+    assert!((3_599_000..=3_600_000).contains(&ttl), "{ttl}");
+}
+
+#[test]
+fn a_stored_value_the_breaker_never_writes_stops_the_flush_unwritten() {
+    let h = Harness::new();
+    let key = counts_key("m");
+    h.runtime.block_on(async {
+        let _: () = h.inspect.hset(&key, ("t:a", "soon")).await.unwrap();
+        let _: () = h.inspect.expire(&key, 100, None).await.unwrap();
+    });
+    let result = h.runtime.block_on(h.store.flush_breakers(
+        &merchant("m"),
+        &[buckets("a", &[(settings().bucket_of(T0), 1, 1)])],
+        T0,
+        &settings(),
+        deadline(),
+    ));
+    assert!(
+        matches!(result, Err(StorageError::ForeignValue { .. })),
+        "{result:?}"
+    );
+    assert_eq!(
+        h.strings(&key),
+        HashMap::from([("t:a".to_owned(), "soon".to_owned())])
+    );
+}
+
+#[test]
+fn the_two_key_transition_runs_in_one_slot_on_cluster() {
+    let cluster = test_support::redis_cluster::RedisCluster::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let settings_of_store = RedisSettings {
+        url: cluster.url().into(),
+        username: Some(SERVICE_USER.into()),
+        password: Some(Secret::new(SERVICE_PASSWORD)),
+        tls: None,
+        pool_size: 1,
+        command_timeout: Duration::from_secs(1),
+        queue_limit: 1024,
+    };
+    runtime.block_on(async {
+        let metrics = Arc::new(Metrics::new().unwrap());
+        let store = RedisStore::connect(&settings_of_store, &TaskTracker::new(), metrics).unwrap();
+        assert!(store.wait_connected(Duration::from_secs(10)).await);
+        let s = settings();
+        // Merchants whose hash tags land on different shards, and a
+        // connector with the escaped bytes.
+        for m in ["m", "shop-1", "{odd}"] {
+            let m = merchant(m);
+            let b = s.bucket_of(T0);
+            let tally = buckets("con{x}%", &[(b, 4, 4)]);
+            store
+                .flush_breakers(&m, &[tally], T0, &s, deadline())
+                .await
+                .unwrap();
+            let tripped = store
+                .transition_breaker(&m, "con{x}%", BreakerTransition::Trip, T0, &s, deadline())
+                .await
+                .unwrap();
+            assert_eq!(tripped.map(|t| t.counts()), Some(counts(4, 4)));
+            let closed = store
+                .transition_breaker(
+                    &m,
+                    "con{x}%",
+                    BreakerTransition::Close {
+                        open_until_ms: T0 + OPEN_FOR,
+                    },
+                    T0 + OPEN_FOR,
+                    &s,
+                    deadline(),
+                )
+                .await
+                .unwrap();
+            assert!(closed.is_some());
+            let rows = store
+                .breaker_health(&m, T0 + OPEN_FOR, &s, deadline())
+                .await
+                .unwrap();
+            assert!(rows.is_empty(), "{rows:?}");
+        }
+        store
+            .index_trip(
+                &merchant("m"),
+                "c",
+                Tripped {
+                    open_until_ms: T0,
+                    calls: 1,
+                    failures: 1,
+                },
+                &s,
+                deadline(),
+            )
+            .await
+            .unwrap();
+        let entries = store.poll_breaker_index(T0, &s, deadline()).await.unwrap();
+        assert_eq!(entries.len(), 1);
+        store.quit().await;
+    });
+}
