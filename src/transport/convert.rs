@@ -3,9 +3,12 @@
 //! one is reported by name.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use super::pb;
+use crate::breaker::ConnectorHealthRow;
 use crate::domain::InvalidInput;
+use crate::domain::breaker::{BreakerState, Override, OverrideUntil, VetoReason};
 use crate::domain::combo::MethodPrefix;
 use crate::domain::counts::{Outcome, Recorded};
 use crate::domain::habits::Habit;
@@ -17,6 +20,8 @@ use crate::record::{RawOutcome, RecordCommand};
 pub const MAX_ELIGIBLE_CONNECTORS: usize = 64;
 /// The most live scores a GetPin may send.
 pub const MAX_CONNECTOR_SCORES: usize = 64;
+/// The longest override SetConnectorOverride takes: a week, in seconds.
+pub const MAX_OVERRIDE_TTL_SECONDS: u32 = 604_800;
 
 pub fn record_command(req: &pb::RecordOutcomeRequest) -> Result<RecordCommand, InvalidInput> {
     let raw = RawOutcome {
@@ -145,13 +150,118 @@ pub fn pin_response(choice: PinChoice) -> pb::GetPinResponse {
         Some(pin) => (true, pin.connector, pin.net_count),
         None => (false, String::new(), 0),
     };
+    let vetoes = choice
+        .vetoes
+        .into_iter()
+        .map(|(c, reason)| pb::Veto {
+            connector: c.connector,
+            net_count: c.net_count,
+            reason: veto_reason(reason).into(),
+        })
+        .collect();
     pb::GetPinResponse {
         pinned,
         connector,
         net_count,
         candidates: connector_counts(choice.candidates),
         vetoed: connector_counts(choice.vetoed),
+        vetoes,
     }
+}
+
+fn veto_reason(reason: VetoReason) -> pb::VetoReason {
+    match reason {
+        VetoReason::Score => pb::VetoReason::Score,
+        VetoReason::CircuitOpen => pb::VetoReason::CircuitOpen,
+        VetoReason::CircuitHalfOpen => pb::VetoReason::CircuitHalfOpen,
+        VetoReason::ForcedOpen => pb::VetoReason::ForcedOpen,
+    }
+}
+
+/// GetConnectorHealth's merchant.
+pub fn connector_health_request(
+    req: &pb::GetConnectorHealthRequest,
+) -> Result<MerchantId, InvalidInput> {
+    MerchantId::parse(&req.merchant_id)
+}
+
+/// SetConnectorOverride's merchant, connector and override with its
+/// lifetime; `None` clears the override (`BREAKER_OVERRIDE_NONE`, whose
+/// `ttl_seconds` is ignored).
+pub fn connector_override(
+    req: &pb::SetConnectorOverrideRequest,
+) -> Result<(MerchantId, Connector, Option<(Override, Duration)>), InvalidInput> {
+    let merchant = MerchantId::parse(&req.merchant_id)?;
+    let connector = Connector::parse(&req.connector)?;
+    let kind = match pb::BreakerOverride::try_from(req.r#override) {
+        Ok(pb::BreakerOverride::None) => return Ok((merchant, connector, None)),
+        Ok(pb::BreakerOverride::ForceOpen) => Override::ForceOpen,
+        Ok(pb::BreakerOverride::ForceClosed) => Override::ForceClosed,
+        Err(_) => {
+            return Err(InvalidInput::new(
+                "override",
+                format!(
+                    "unknown value {}; must be BREAKER_OVERRIDE_NONE, BREAKER_OVERRIDE_FORCE_OPEN \
+                     or BREAKER_OVERRIDE_FORCE_CLOSED",
+                    req.r#override
+                ),
+            ));
+        }
+    };
+    let ttl = req.ttl_seconds;
+    if !(1..=MAX_OVERRIDE_TTL_SECONDS).contains(&ttl) {
+        return Err(InvalidInput::new(
+            "ttl_seconds",
+            format!("is {ttl}; an override lasts 1 to {MAX_OVERRIDE_TTL_SECONDS} seconds (7 days)"),
+        ));
+    }
+    let over = (kind, Duration::from_secs(u64::from(ttl)));
+    Ok((merchant, connector, Some(over)))
+}
+
+/// The override as the log names it: the proto's name without its prefix.
+pub fn override_label(kind: Option<Override>) -> &'static str {
+    match kind {
+        None => "none",
+        Some(Override::ForceOpen) => "force_open",
+        Some(Override::ForceClosed) => "force_closed",
+    }
+}
+
+/// GetConnectorHealth's answer, in the rows' order (bytewise by
+/// connector, as storage reads them). Times are Unix milliseconds;
+/// `open_until_unix_ms` is 0 unless the breaker is OPEN.
+pub fn connector_health_response(rows: Vec<ConnectorHealthRow>) -> pb::GetConnectorHealthResponse {
+    let connectors = rows
+        .into_iter()
+        .map(|row| {
+            let (state, open_until_unix_ms) = match row.state {
+                BreakerState::Closed => (pb::BreakerState::Closed, 0),
+                BreakerState::Open { until_ms } => (pb::BreakerState::Open, until_ms),
+                BreakerState::HalfOpen { .. } => (pb::BreakerState::HalfOpen, 0),
+            };
+            let (over, override_until_unix_ms) = match row.over {
+                None => (pb::BreakerOverride::None, 0),
+                Some(OverrideUntil { kind, until_ms }) => (
+                    match kind {
+                        Override::ForceOpen => pb::BreakerOverride::ForceOpen,
+                        Override::ForceClosed => pb::BreakerOverride::ForceClosed,
+                    },
+                    until_ms,
+                ),
+            };
+            pb::ConnectorHealth {
+                connector: row.connector,
+                state: state.into(),
+                calls: row.counts.calls,
+                failures: row.counts.failures,
+                open_until_unix_ms,
+                r#override: over.into(),
+                override_until_unix_ms,
+            }
+        })
+        .collect();
+    pb::GetConnectorHealthResponse { connectors }
 }
 
 fn connector_counts(candidates: Vec<Candidate>) -> Vec<pb::ConnectorCount> {

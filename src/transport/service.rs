@@ -1,7 +1,8 @@
 //! The `sticky_routing.v1.StickyRouting` handlers. Each one validates its
-//! request into domain values, runs one operation (the record flow, or one
-//! store read), and records metrics; the rules themselves live in `domain`,
-//! and the record flow in `crate::record`.
+//! request into domain values, runs one operation (the record flow, one
+//! store read, or a call to the circuit breaker engine), and records
+//! metrics; the rules themselves live in `domain`, the record flow in
+//! `crate::record`, and the breakers in `crate::breaker`.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -16,12 +17,13 @@ use super::deadline::deadline_of;
 use super::pb;
 use super::pb::sticky_routing_server::StickyRouting;
 use super::status::ApiError;
+use crate::breaker::Breakers;
 use crate::domain::Rules;
-use crate::domain::counts::Recorded;
+use crate::domain::counts::{Outcome, Recorded};
 use crate::domain::habits::ordered_habits;
-use crate::domain::pin::choose_pin;
+use crate::domain::pin::{choose_pin, choose_pin_with};
 use crate::pki::{AdminClients, ClientIdentity};
-use crate::record::record_outcome;
+use crate::record::{RecordCommand, record_outcome};
 use crate::storage::{RedisStore, StorageError};
 use crate::telemetry::{
     CallFailure, CallIds, FailureLog, Metrics, PinOutcome, Verdict, WriteOutcome,
@@ -37,8 +39,12 @@ pub struct StickyRoutingService {
     rules: Arc<Rules>,
     /// The longest a call may take when the caller sets no shorter deadline.
     call_ceiling: Duration,
-    /// Who may call GetHabits and ForgetCustomer.
+    /// Who may call the admin RPCs.
     admin: AdminClients,
+    /// The connector circuit breakers; `None` when
+    /// `STICKY_ROUTING_BREAKER=off`: GetPin as in v1.1, nothing counted,
+    /// and the breaker's admin RPCs answer `FAILED_PRECONDITION`.
+    breakers: Option<Arc<Breakers>>,
 }
 
 impl StickyRoutingService {
@@ -49,6 +55,7 @@ impl StickyRoutingService {
         rules: Arc<Rules>,
         call_ceiling: Duration,
         admin: AdminClients,
+        breakers: Option<Arc<Breakers>>,
     ) -> Self {
         Self {
             store,
@@ -57,7 +64,35 @@ impl StickyRoutingService {
             rules,
             call_ceiling,
             admin,
+            breakers,
         }
+    }
+
+    /// Counts an answered RecordOutcome for its (merchant, connector)
+    /// breaker: a failure if its outcome was a gateway failure, else a
+    /// success, whatever the record flow answered (no habit and not
+    /// admitted too: the connector answered the payment all the same).
+    ///
+    /// A duplicate is not counted, nor is a call that failed: a call
+    /// answered "nothing applied" must change nothing, or a retry (which
+    /// `UNAVAILABLE` and a duplicate's answer invite) would count one
+    /// payment twice and could open a breaker on retries alone. After
+    /// `UNKNOWN` or `DEADLINE_EXCEEDED` the caller retries with the same
+    /// `attempt_id`; if the first call had been applied, the retry is a
+    /// duplicate and that payment goes uncounted: a breaker may count one
+    /// call too few, never one too many.
+    fn count_for_breaker(&self, cmd: &RecordCommand, recorded: &Recorded) {
+        if let Some(breakers) = &self.breakers
+            && !matches!(recorded, Recorded::Duplicate { .. })
+        {
+            let failed = cmd.outcome == Outcome::GatewayFailure;
+            breakers.count(&cmd.merchant, &cmd.connector, failed);
+        }
+    }
+
+    /// The breakers, or the answer of a breaker admin RPC while they are off.
+    fn breakers_for(&self, rpc: &'static str) -> Result<&Breakers, ApiError> {
+        self.breakers.as_deref().ok_or(ApiError::BreakerOff(rpc))
     }
 
     /// Whether the caller of `request` may call an admin RPC: its TLS
@@ -142,6 +177,9 @@ fn failure(error: &ApiError) -> CallFailure {
         ApiError::Invalid(_) => CallFailure::Invalid,
         ApiError::Storage(_) => CallFailure::Error,
         ApiError::NotAdmin(_) => CallFailure::Denied,
+        // Only the breaker's admin RPCs answer it, and they count no pin
+        // or write; the caller asked for what this server does not run.
+        ApiError::BreakerOff(_) => CallFailure::Invalid,
     }
 }
 
@@ -161,7 +199,10 @@ impl StickyRouting for StickyRoutingService {
                 // counts the copy).
                 // A refusal is not logged: it is routine (a spent budget),
                 // and the metric and the span say which it was.
-                Ok(Box::pin(record_outcome(&self.store, &self.rules, &cmd, deadline)).await?)
+                let recorded =
+                    Box::pin(record_outcome(&self.store, &self.rules, &cmd, deadline)).await?;
+                self.count_for_breaker(&cmd, &recorded);
+                Ok(recorded)
             }
             .await;
             let outcome = match &result {
@@ -197,9 +238,22 @@ impl StickyRouting for StickyRoutingService {
                 // Boxed, as in record_outcome: see there.
                 let fields =
                     Box::pin(self.store.read_combos(&merchant, &customer, deadline)).await?;
-                Ok(choose_pin(&fields, &query))
+                // The breakers' states are in memory (the engine keeps them
+                // in step with Redis in the background): GetPin stays one
+                // Redis round trip.
+                Ok(match &self.breakers {
+                    Some(breakers) => {
+                        choose_pin_with(&fields, &query, breakers.veto_for(&merchant))
+                    }
+                    None => choose_pin(&fields, &query),
+                })
             }
             .await;
+            if let Ok(choice) = &result {
+                for (_, reason) in &choice.vetoes {
+                    self.metrics.breaker_veto(*reason);
+                }
+            }
             let outcome = match &result {
                 Ok(choice) if choice.pin.is_some() => PinOutcome::Pinned,
                 Ok(choice) if choice.candidates.is_empty() => PinOutcome::NoHabit,
@@ -263,6 +317,60 @@ impl StickyRouting for StickyRoutingService {
                 Ok(pb::ForgetCustomerResponse { existed })
             },
         )
+        .await
+    }
+
+    async fn get_connector_health(
+        &self,
+        request: Request<pb::GetConnectorHealthRequest>,
+    ) -> Result<Response<pb::GetConnectorHealthResponse>, Status> {
+        const RPC: &str = "GetConnectorHealth";
+        let permitted = self.admin_permitted(&request);
+        self.handle(RPC, request, |req, deadline, span| async move {
+            if !permitted {
+                return Err(ApiError::NotAdmin(RPC));
+            }
+            let breakers = self.breakers_for(RPC)?;
+            let merchant = convert::connector_health_request(&req)?;
+            traces::record_merchant(&span, merchant.as_str());
+            let rows = breakers.health(&merchant, deadline).await?;
+            Ok(convert::connector_health_response(rows))
+        })
+        .await
+    }
+
+    async fn set_connector_override(
+        &self,
+        request: Request<pb::SetConnectorOverrideRequest>,
+    ) -> Result<Response<pb::SetConnectorOverrideResponse>, Status> {
+        const RPC: &str = "SetConnectorOverride";
+        let permitted = self.admin_permitted(&request);
+        // For the line it logs; an admin call is rare enough to copy them.
+        let metadata = request.metadata().clone();
+        self.handle(RPC, request, |req, deadline, span| async move {
+            if !permitted {
+                return Err(ApiError::NotAdmin(RPC));
+            }
+            let breakers = self.breakers_for(RPC)?;
+            let (merchant, connector, over) = convert::connector_override(&req)?;
+            traces::record_merchant(&span, merchant.as_str());
+            breakers
+                .set_override(&merchant, &connector, over, deadline)
+                .await?;
+            // An operator steering routing: worth a line, with who asked.
+            let ids = CallIds::of(&span, &metadata);
+            tracing::info!(
+                merchant = merchant.as_str(),
+                connector = connector.as_str(),
+                kind = convert::override_label(over.map(|(kind, _)| kind)),
+                ttl_seconds = over.map_or(0, |(_, ttl)| ttl.as_secs()),
+                trace_id = ids.trace_id.as_deref(),
+                request_id = ids.request_id.as_deref(),
+                tenant_id = ids.tenant_id.as_deref(),
+                "connector override set"
+            );
+            Ok(pb::SetConnectorOverrideResponse {})
+        })
         .await
     }
 }
