@@ -77,10 +77,10 @@ settings! {
     BREAKER: bool = About::new("breaker", Text("on"), "the connector circuit breaker: `on` or `off`;\n`off` counts and keeps nothing, as before v1.2"), parse_on_off;
     BREAKER_WINDOW: Duration = About::new("breaker_window", Text("60s"), "the breaker counts calls over this window, at\nleast 1s"), parse_breaker_duration;
     BREAKER_MIN_CALLS: u32 = About::new("breaker_min_calls", Text("20"), "calls in the window before a breaker can open,\n1 to 1000000"), |t| whole_number(t, 1, 1_000_000);
-    BREAKER_FAILURE_RATIO: Share = About::new("breaker_failure_ratio", Text("0.5"), "failures / calls at which a breaker opens: 0.5,\nor 1% to 100%"), parse_share;
+    BREAKER_FAILURE_RATIO: Share = About::new("breaker_failure_ratio", Text("0.5"), "failures / calls at which a breaker opens: 0.5,\nor 1% to 100%"), Share::parse;
     BREAKER_OPEN_FOR: Duration = About::new("breaker_open_for", Text("30s"), "how long an open breaker vetoes its connector\nbefore probing it, at least 1s"), parse_breaker_duration;
     BREAKER_PROBE_CALLS: u32 = About::new("breaker_probe_calls", Text("5"), "calls a half-open breaker counts before it\ncloses or opens again, 1 to 1000000"), |t| whole_number(t, 1, 1_000_000);
-    BREAKER_PROBE_SHARE: Share = About::new("breaker_probe_share", Text("10%"), "share of GetPins that may pin to a half-open\nconnector, to probe it: 0.1, or 1% to 100%"), parse_share;
+    BREAKER_PROBE_SHARE: Share = About::new("breaker_probe_share", Text("10%"), "share of GetPins that may pin to a half-open\nconnector, to probe it: 0.1, or 1% to 100%"), Share::parse;
     BREAKER_MAX_TRACKED: usize = About::new("breaker_max_tracked", Text("100000"), "(merchant, connector) breakers one process keeps\nin memory, least recently used out; 1 to 100000000"), |t| whole_number(t, 1, 100_000_000);
 }
 
@@ -120,29 +120,6 @@ fn parse_breaker_duration(text: &str) -> Result<Duration, String> {
     }
 }
 
-/// A share in (0, 1]: a decimal (`0.5`, `1`) or a percentage from 1% to
-/// 100% (`10%`, `12.5%`). A decimal needs digits on both sides of its
-/// point, as a percentage does, so that `.5` and `5.` are refused rather
-/// than guessed at.
-fn parse_share(text: &str) -> Result<Share, String> {
-    let share = match text.strip_suffix('%') {
-        Some(_) => Percent::parse(text).ok().map(|p| p.get() / 100.0),
-        None => decimal(text),
-    };
-    share.and_then(Share::new).ok_or_else(|| {
-        format!("`{text}` is not a share: a number above 0 and at most 1 (0.5), or 1% to 100%")
-    })
-}
-
-/// Digits, optionally a point and more digits.
-fn decimal(text: &str) -> Option<f64> {
-    let (whole, fraction) = text.split_once('.').unwrap_or((text, "0"));
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    (digits(whole) && digits(fraction))
-        .then(|| text.parse().ok())
-        .flatten()
-}
-
 /// A TTL or window: Redis expires keys in whole seconds here, so at least 1s.
 fn parse_whole_seconds(text: &str) -> Result<Duration, String> {
     let d = parse_duration(text)?;
@@ -169,7 +146,7 @@ mod tests {
 
     #[test]
     fn shares_take_a_decimal_or_a_percentage_in_zero_to_one() {
-        let share = |text| parse_share(text).map(Share::get);
+        let share = |text| (BREAKER_PROBE_SHARE.parse)(text).map(Share::get);
         assert_eq!(share("0.5"), Ok(0.5));
         assert_eq!(share("1"), Ok(1.0));
         assert_eq!(share("0.001"), Ok(0.001));
@@ -181,7 +158,7 @@ mod tests {
             "", "0", "0.0", "1.01", "2", "-0.5", ".5", "5.", "0%", "0.5%", "101%", "50", "1e-1",
             "NaN", "inf", "half", "10 %",
         ] {
-            let why = parse_share(bad).unwrap_err();
+            let why = (BREAKER_FAILURE_RATIO.parse)(bad).unwrap_err();
             assert!(why.contains(&format!("`{bad}`")), "{bad}: {why}");
         }
     }

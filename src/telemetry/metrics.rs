@@ -145,17 +145,6 @@ pub const VETO_REASONS: [VetoReason; 4] = [
     VetoReason::ForcedOpen,
 ];
 
-/// The `reason` label of `sticky_routing_breaker_vetoes_total`: the
-/// proto's `VETO_REASON_*` name in lower case, without its prefix.
-pub fn veto_reason_label(reason: VetoReason) -> &'static str {
-    match reason {
-        VetoReason::Score => "score",
-        VetoReason::CircuitOpen => "circuit_open",
-        VetoReason::CircuitHalfOpen => "circuit_half_open",
-        VetoReason::ForcedOpen => "forced_open",
-    }
-}
-
 fn veto_index(reason: VetoReason) -> usize {
     match reason {
         VetoReason::Score => 0,
@@ -311,7 +300,7 @@ impl Metrics {
                 )
                 .build(),
             veto_labels: VETO_REASONS
-                .map(|reason| KeyValue::new("reason", veto_reason_label(reason))),
+                .map(|reason| KeyValue::new("reason", reason.label())),
             breaker_transitions: meter
                 .u64_counter("sticky_routing_breaker_transitions")
                 .with_description(

@@ -22,7 +22,7 @@ pub use failures::{FailureLog, SUMMARY_INTERVAL, Verdict, summarise};
 pub use ids::CallIds;
 pub use metrics::{
     EXPORTED_METRICS, Metrics, RedisCommand, Refusal, VETO_REASONS, admission_refusal_label,
-    canonical_name, serve_metrics, veto_reason_label,
+    canonical_name, serve_metrics,
 };
 pub use outcomes::{CallFailure, PinOutcome, WriteOutcome};
 pub use settings::{

@@ -219,15 +219,6 @@ pub fn connector_override(
     Ok((merchant, connector, Some(over)))
 }
 
-/// The override as the log names it: the proto's name without its prefix.
-pub fn override_label(kind: Option<Override>) -> &'static str {
-    match kind {
-        None => "none",
-        Some(Override::ForceOpen) => "force_open",
-        Some(Override::ForceClosed) => "force_closed",
-    }
-}
-
 /// GetConnectorHealth's answer, in the rows' order (bytewise by
 /// connector, as storage reads them). Times are Unix milliseconds;
 /// `open_until_unix_ms` is 0 unless the breaker is OPEN.
@@ -536,5 +527,190 @@ mod tests {
         assert_eq!(pin_error(&req), "connector_scores");
         req.connector_scores = (0..64).map(|i| (i.to_string(), 1.0)).collect();
         assert!(pin_query(&req, 1, ScoreRatio::DEFAULT).is_ok());
+    }
+
+    fn override_request() -> pb::SetConnectorOverrideRequest {
+        pb::SetConnectorOverrideRequest {
+            merchant_id: "m1".into(),
+            connector: "GIGADAT".into(),
+            r#override: pb::BreakerOverride::ForceOpen.into(),
+            ttl_seconds: 60,
+        }
+    }
+
+    #[test]
+    fn set_connector_override_names_its_lowest_numbered_bad_field() {
+        let fields: [(&str, Spoil<pb::SetConnectorOverrideRequest>); 4] = [
+            ("merchant_id", |r, v| r.merchant_id = BAD_TEXT[v].into()),
+            ("connector", |r, v| {
+                r.connector = ["", "c\u{200B}"][v].into()
+            }),
+            ("override", |r, v| r.r#override = [3, -1][v]),
+            ("ttl_seconds", |r, v| r.ttl_seconds = [0, 604_801][v]),
+        ];
+        assert_lowest_bad_field_named("SetConnectorOverride", &override_request(), &fields, |r| {
+            connector_override(r).map(drop)
+        });
+    }
+
+    #[test]
+    fn an_override_lasts_a_second_to_a_week_and_none_ignores_its_ttl() {
+        let with = |kind: pb::BreakerOverride, ttl_seconds| {
+            connector_override(&pb::SetConnectorOverrideRequest {
+                r#override: kind.into(),
+                ttl_seconds,
+                ..override_request()
+            })
+        };
+        let (_, connector, over) = with(pb::BreakerOverride::ForceOpen, 1).unwrap();
+        assert_eq!(connector.as_str(), "GIGADAT");
+        assert_eq!(over, Some((Override::ForceOpen, Duration::from_secs(1))));
+        let (_, _, over) = with(pb::BreakerOverride::ForceClosed, 604_800).unwrap();
+        assert_eq!(
+            over,
+            Some((Override::ForceClosed, Duration::from_secs(604_800)))
+        );
+        for ttl in [0, 1, 604_801, u32::MAX] {
+            assert_eq!(with(pb::BreakerOverride::None, ttl).unwrap().2, None);
+        }
+        let err = with(pb::BreakerOverride::ForceClosed, 604_801).unwrap_err();
+        assert_eq!(err.field, "ttl_seconds");
+        assert!(err.reason.contains("604801"), "{err}");
+    }
+
+    #[test]
+    fn connector_health_names_a_bad_merchant() {
+        for bad in BAD_TEXT {
+            let req = pb::GetConnectorHealthRequest {
+                merchant_id: bad.into(),
+            };
+            assert_eq!(
+                connector_health_request(&req).unwrap_err().field,
+                "merchant_id"
+            );
+        }
+        let req = pb::GetConnectorHealthRequest {
+            merchant_id: " m1 ".into(),
+        };
+        assert_eq!(connector_health_request(&req).unwrap().as_str(), "m1");
+    }
+
+    /// Only an OPEN breaker has an end, and only an override its own.
+    #[test]
+    fn connector_health_shows_times_only_where_they_apply() {
+        use crate::domain::breaker::Counts;
+        let row = |connector: &str, state, over| ConnectorHealthRow {
+            connector: connector.into(),
+            state,
+            counts: Counts {
+                calls: 20,
+                failures: 10,
+            },
+            open_until_ms: 1_700_000_030_000,
+            over,
+        };
+        let response = connector_health_response(vec![
+            row(
+                "A",
+                BreakerState::Open {
+                    until_ms: 1_700_000_030_000,
+                },
+                Some(OverrideUntil {
+                    kind: Override::ForceClosed,
+                    until_ms: 1_700_000_060_000,
+                }),
+            ),
+            row(
+                "B",
+                BreakerState::HalfOpen {
+                    since_ms: 1_700_000_030_000,
+                },
+                None,
+            ),
+            row("C", BreakerState::Closed, None),
+        ]);
+        let shown: Vec<_> = response
+            .connectors
+            .iter()
+            .map(|c| {
+                (
+                    c.connector.as_str(),
+                    c.state(),
+                    c.calls,
+                    c.failures,
+                    c.open_until_unix_ms,
+                    c.r#override(),
+                    c.override_until_unix_ms,
+                )
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                (
+                    "A",
+                    pb::BreakerState::Open,
+                    20,
+                    10,
+                    1_700_000_030_000,
+                    pb::BreakerOverride::ForceClosed,
+                    1_700_000_060_000
+                ),
+                (
+                    "B",
+                    pb::BreakerState::HalfOpen,
+                    20,
+                    10,
+                    0,
+                    pb::BreakerOverride::None,
+                    0
+                ),
+                (
+                    "C",
+                    pb::BreakerState::Closed,
+                    20,
+                    10,
+                    0,
+                    pb::BreakerOverride::None,
+                    0
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn vetoes_keep_the_candidates_order_and_their_reasons() {
+        let candidate = |connector: &str, net_count| Candidate {
+            connector: connector.into(),
+            net_count,
+        };
+        let response = pin_response(PinChoice {
+            candidates: vec![candidate("A", 5), candidate("B", 4), candidate("C", 3)],
+            vetoed: vec![candidate("A", 5), candidate("C", 3)],
+            vetoes: vec![
+                (candidate("A", 5), VetoReason::CircuitHalfOpen),
+                (candidate("C", 3), VetoReason::Score),
+            ],
+            pin: Some(candidate("B", 4)),
+        });
+        let vetoes: Vec<_> = response
+            .vetoes
+            .iter()
+            .map(|v| (v.connector.as_str(), v.net_count, v.reason()))
+            .collect();
+        assert_eq!(
+            vetoes,
+            [
+                ("A", 5, pb::VetoReason::CircuitHalfOpen),
+                ("C", 3, pb::VetoReason::Score)
+            ]
+        );
+        assert_eq!(response.connector, "B");
+        for reason in [VetoReason::CircuitOpen, VetoReason::ForcedOpen] {
+            assert_eq!(
+                veto_reason(reason).as_str_name(),
+                format!("VETO_REASON_{}", reason.label().to_uppercase())
+            );
+        }
     }
 }

@@ -69,23 +69,11 @@ impl StickyRoutingService {
     }
 
     /// Counts an answered RecordOutcome for its (merchant, connector)
-    /// breaker: a failure if its outcome was a gateway failure, else a
-    /// success, whatever the record flow answered (no habit and not
-    /// admitted too: the connector answered the payment all the same).
-    ///
-    /// A duplicate is not counted, nor is a call that failed: a call
-    /// answered "nothing applied" must change nothing, or a retry (which
-    /// `UNAVAILABLE` and a duplicate's answer invite) would count one
-    /// payment twice and could open a breaker on retries alone. After
-    /// `UNKNOWN` or `DEADLINE_EXCEEDED` the caller retries with the same
-    /// `attempt_id`; if the first call had been applied, the retry is a
-    /// duplicate and that payment goes uncounted: a breaker may count one
-    /// call too few, never one too many.
+    /// breaker, when [`breaker_count`] says it counts.
     fn count_for_breaker(&self, cmd: &RecordCommand, recorded: &Recorded) {
         if let Some(breakers) = &self.breakers
-            && !matches!(recorded, Recorded::Duplicate { .. })
+            && let Some(failed) = breaker_count(cmd, recorded)
         {
-            let failed = cmd.outcome == Outcome::GatewayFailure;
             breakers.count(&cmd.merchant, &cmd.connector, failed);
         }
     }
@@ -167,6 +155,28 @@ impl StickyRoutingService {
                 tenant_id = ids.tenant_id.as_deref(),
                 "call failed; further failures of this kind are counted, one line a second"
             );
+        }
+    }
+}
+
+/// Whether an answered RecordOutcome counts for its breaker, and as a
+/// failure (`Some(true)`: a gateway failure) or a success, whatever the
+/// record flow answered: no habit and not admitted count too, since the
+/// connector answered the payment all the same.
+///
+/// A duplicate does not count, nor does a call that failed (it never gets
+/// here): a call answered "nothing applied" must change nothing, or a
+/// retry (which `UNAVAILABLE` and a duplicate's answer invite) would count
+/// one payment twice, and retries alone could open a breaker. After
+/// `UNKNOWN` or `DEADLINE_EXCEEDED` the caller retries with the same
+/// `attempt_id`; if the first call had been applied, the retry is a
+/// duplicate and that payment goes uncounted: a breaker may count one call
+/// too few, never one too many.
+fn breaker_count(cmd: &RecordCommand, recorded: &Recorded) -> Option<bool> {
+    match recorded {
+        Recorded::Duplicate { .. } => None,
+        Recorded::Applied { .. } | Recorded::IgnoredNoHabit | Recorded::NotAdmitted(_) => {
+            Some(cmd.outcome == Outcome::GatewayFailure)
         }
     }
 }
@@ -362,7 +372,7 @@ impl StickyRouting for StickyRoutingService {
             tracing::info!(
                 merchant = merchant.as_str(),
                 connector = connector.as_str(),
-                kind = convert::override_label(over.map(|(kind, _)| kind)),
+                kind = over.map_or("none", |(kind, _)| kind.label()),
                 ttl_seconds = over.map_or(0, |(_, ttl)| ttl.as_secs()),
                 trace_id = ids.trace_id.as_deref(),
                 request_id = ids.request_id.as_deref(),
@@ -372,5 +382,59 @@ impl StickyRouting for StickyRoutingService {
             Ok(pb::SetConnectorOverrideResponse {})
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::admission::AdmissionRefusal;
+
+    fn command(outcome: pb::Outcome) -> RecordCommand {
+        convert::record_command(&pb::RecordOutcomeRequest {
+            merchant_id: "m1".into(),
+            customer_id: "c1".into(),
+            payment_method: "interac".into(),
+            payment_method_type: "rtp".into(),
+            connector: "GIGADAT".into(),
+            outcome: outcome.into(),
+            attempt_id: "pay_1".into(),
+        })
+        .unwrap()
+    }
+
+    /// Every answer but a duplicate counts, as a failure exactly when the
+    /// outcome was a gateway failure.
+    #[test]
+    fn every_answered_outcome_but_a_duplicate_counts_for_the_breaker() {
+        let counted = [
+            Recorded::Applied {
+                net_count: 1,
+                pruned: 0,
+            },
+            Recorded::IgnoredNoHabit,
+            Recorded::NotAdmitted(AdmissionRefusal::Budget),
+            Recorded::NotAdmitted(AdmissionRefusal::MemoryGuard),
+        ];
+        let (success, failure) = (
+            command(pb::Outcome::Success),
+            command(pb::Outcome::GatewayFailure),
+        );
+        assert_eq!(success.connector.as_str(), "GIGADAT");
+        for recorded in counted {
+            assert_eq!(
+                breaker_count(&success, &recorded),
+                Some(false),
+                "{recorded:?}"
+            );
+            assert_eq!(
+                breaker_count(&failure, &recorded),
+                Some(true),
+                "{recorded:?}"
+            );
+        }
+        let duplicate = Recorded::Duplicate { net_count: 3 };
+        assert_eq!(breaker_count(&success, &duplicate), None);
+        assert_eq!(breaker_count(&failure, &duplicate), None);
     }
 }

@@ -20,6 +20,7 @@ fn the_breaker_is_on_by_default_with_the_contracts_values() {
     assert_eq!(s.probe_calls, 5);
     assert_eq!(s.probe_share.get(), 0.1);
     assert_eq!(s.max_tracked, 100_000);
+    assert_eq!(s, BreakerSettings::DEFAULT);
 }
 
 #[test]
