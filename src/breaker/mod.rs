@@ -36,7 +36,8 @@ use crate::domain::breaker::{
     count_into, state_at,
 };
 use crate::domain::ids::{Connector, MerchantId};
-use crate::storage::{ConnectorHealthRow, RedisStore, StorageError};
+pub use crate::storage::ConnectorHealthRow;
+use crate::storage::{RedisStore, StorageError};
 use crate::telemetry::Metrics;
 use pending::Pending;
 use view::View;

@@ -13,7 +13,9 @@
 use std::collections::BTreeSet;
 
 use serde_json::Value;
-use sticky_routing::telemetry::{EXPORTED_METRICS, PinOutcome, WriteOutcome, canonical_name};
+use sticky_routing::telemetry::{
+    EXPORTED_METRICS, PinOutcome, VETO_REASONS, WriteOutcome, canonical_name,
+};
 
 use crate::deploy_files::{deploy_setting, repo_file as read, repo_yaml as yaml};
 
@@ -67,6 +69,9 @@ fn labels_of(family: &str) -> &'static [&'static str] {
         "sticky_routing_redis_command_duration_seconds" => &["command"],
         "sticky_routing_redis_errors_total" => &["kind"],
         "sticky_routing_noscript_fallbacks_total" => &["script"],
+        "sticky_routing_breaker_vetoes_total" => &["reason"],
+        "sticky_routing_breaker_transitions_total" => &["from", "to"],
+        "sticky_routing_breaker_io_failures_total" => &["op"],
         _ => &[],
     }
 }
@@ -78,7 +83,14 @@ fn values_of(family: &str, label: &str) -> Option<Vec<&'static str>> {
             .map(|code| canonical_name(tonic::Code::from_i32(code)))
             .collect(),
         ("sticky_routing_rpc_duration_seconds", "rpc") => {
-            vec!["GetPin", "RecordOutcome", "GetHabits", "ForgetCustomer"]
+            vec![
+                "GetPin",
+                "RecordOutcome",
+                "GetHabits",
+                "ForgetCustomer",
+                "GetConnectorHealth",
+                "SetConnectorOverride",
+            ]
         }
         ("sticky_routing_pins_total", "outcome") => PinOutcome::ALL.map(PinOutcome::label).to_vec(),
         ("sticky_routing_writes_total", "outcome") => {
@@ -91,6 +103,12 @@ fn values_of(family: &str, label: &str) -> Option<Vec<&'static str>> {
             vec!["pin", "feedback", "admin", "low"]
         }
         ("sticky_routing_admission_refusals_total", "reason") => vec!["budget", "memory_guard"],
+        ("sticky_routing_breaker_vetoes_total", "reason") => {
+            VETO_REASONS.map(|r| r.label()).to_vec()
+        }
+        ("sticky_routing_breaker_transitions_total", "from" | "to") => {
+            vec!["closed", "open", "half_open"]
+        }
         _ => return None,
     })
 }
