@@ -396,4 +396,6 @@ pub fn count_into(state: BreakerState, now_ms: i64, s: &BreakerSettings) -> Coun
 }
 
 #[cfg(test)]
+pub(crate) mod model;
+#[cfg(test)]
 mod tests;
