@@ -11,6 +11,7 @@ mod support;
 mod admission;
 mod admission_memory;
 mod bad_input;
+mod breaker_off;
 mod bulk_fail_fast;
 mod concurrency;
 mod connections;
