@@ -1,5 +1,10 @@
 //! Redis key encoding. One hash per (merchant, customer):
-//! `sticky_gw_{merchant}_{customer}`, plus one admission key per merchant.
+//! `sticky_gw_{merchant}_{customer}`, one admission key per merchant
+//! `sticky_adm_{merchant}`, and the circuit breaker's family `sticky_brk_`
+//! (contract v1.2 §3): per merchant a counts hash `sticky_brk_c{M}`, per
+//! (merchant, connector) an OPEN key `sticky_brk_o{M}C`, and one global
+//! index hash `sticky_brk_i` whose fields ([`index_trip_field`],
+//! [`index_override_field`]) name a pair by length prefix.
 //!
 //! The encoding must be injective, and no customer key may equal any other
 //! key of the service. The escape rule (documented in docs/contract.md):
@@ -10,14 +15,18 @@
 //! - every kind of key has its own prefix, and no prefix starts another.
 //!
 //! `{` and `}` are escaped so a caller's id can never form a Redis Cluster
-//! hash tag and pile customers into one slot. Ids without `_` in the merchant
+//! hash tag and pile customers into one slot. The breaker keys write the
+//! braces themselves around the escaped merchant id (M), so that tag is the
+//! merchant: its counts hash and OPEN keys share a slot, which the scripts
+//! that touch both need; the connector (C) after it has `%`, `{` and `}`
+//! escaped. Ids without `_` in the merchant
 //! id and without `%`, `{`, `}` map to exactly `sticky_gw_{merchant}_{customer}`.
 //!
 //! Export reads keys back: [`parse_customer_key`] inverts [`customer_key`]
 //! exactly, and [`customer_key_pattern`] is the SCAN `MATCH` pattern for
 //! every customer key, or for one merchant's.
 
-use super::ids::{CustomerId, MerchantId};
+use super::ids::{Connector, CustomerId, MerchantId};
 
 /// Prefix of every customer hash.
 pub const CUSTOMER_KEY_PREFIX: &str = "sticky_gw_";
@@ -133,9 +142,7 @@ pub fn parse_index_field(field: &str) -> Option<(IndexFieldKind, MerchantId, Str
     let len: usize = len.parse().ok()?;
     let merchant = MerchantId::parse(rest.get(..len)?).ok()?;
     let connector = rest.get(len..)?;
-    if connector.is_empty() {
-        return None;
-    }
+    Connector::parse(connector).ok()?;
     // Canonical only (no leading zeros, an id as `parse` keeps it).
     let back = match kind {
         IndexFieldKind::Trip => index_trip_field(&merchant, connector),
@@ -358,7 +365,212 @@ mod tests {
         valid_id(3, prop::sample::select(pieces).prop_map(str::to_owned))
     }
 
+    fn merchant(id: &str) -> MerchantId {
+        MerchantId::parse(id).unwrap()
+    }
+
+    /// The Redis Cluster hash tag of `key`: what lies between its first `{`
+    /// and the next `}`, when that is not empty; else the whole key.
+    fn hash_tag(key: &str) -> &str {
+        key.find('{')
+            .and_then(|open| {
+                let rest = &key[open + 1..];
+                let close = rest.find('}')?;
+                (close > 0).then(|| &rest[..close])
+            })
+            .unwrap_or(key)
+    }
+
+    #[test]
+    fn breaker_keys_follow_the_design_layout() {
+        let m = merchant("m1");
+        assert_eq!(breaker_counts_key(&m), "sticky_brk_c{m1}");
+        assert_eq!(breaker_open_key(&m, "GIGADAT"), "sticky_brk_o{m1}GIGADAT");
+        assert_eq!(BREAKER_INDEX_KEY, "sticky_brk_i");
+        assert_eq!(index_trip_field(&m, "GIGADAT"), "t2:m1GIGADAT");
+        assert_eq!(index_override_field(&m, "acme:eu"), "o2:m1acme:eu");
+        let odd = merchant("a_{b}%");
+        assert_eq!(breaker_counts_key(&odd), "sticky_brk_c{a%5F%7Bb%7D%25}");
+        assert_eq!(
+            breaker_open_key(&odd, "x_{y}%"),
+            "sticky_brk_o{a%5F%7Bb%7D%25}x_%7By%7D%25"
+        );
+        assert_eq!(hash_tag(&breaker_open_key(&odd, "}{")), "a%5F%7Bb%7D%25");
+        // Index fields hold the ids verbatim: the length ends the merchant.
+        assert_eq!(index_trip_field(&odd, "c"), "t6:a_{b}%c");
+        for key in [
+            BREAKER_INDEX_KEY,
+            &breaker_counts_key(&m),
+            &breaker_open_key(&m, "c"),
+        ] {
+            assert!(key.starts_with(BREAKER_KEY_PREFIX));
+            assert!(!key.starts_with(CUSTOMER_KEY_PREFIX));
+            assert!(!key.starts_with(ADMISSION_KEY_PREFIX));
+        }
+        for prefix in [CUSTOMER_KEY_PREFIX, ADMISSION_KEY_PREFIX] {
+            assert!(!prefix.starts_with(BREAKER_KEY_PREFIX));
+            assert!(!BREAKER_KEY_PREFIX.starts_with(prefix));
+        }
+    }
+
+    #[test]
+    fn index_fields_the_service_cannot_write_do_not_parse() {
+        for field in [
+            "",
+            "t",
+            "t2",
+            "t2:",
+            "t2:m1",
+            "x2:m1c",
+            "t02:m1c",
+            "t:m1c",
+            "t3:m1c",
+            "t-1:m1c",
+            "t2:m\u{0}c",
+            "t9999999999999999999999:m1c",
+            "t1: c",
+            "t2:m1\u{7}",
+            "t1:\u{e9}c", // inside a character
+        ] {
+            assert_eq!(parse_index_field(field), None, "{field:?}");
+        }
+        assert_eq!(
+            parse_index_field("o3:m:1c:2"),
+            Some((IndexFieldKind::Override, merchant("m:1"), "c:2".to_owned()))
+        );
+    }
+
+    /// A connector the id rules accept (verbatim, so blanks at its ends too).
+    fn connector() -> impl Strategy<Value = String> {
+        prop::collection::vec(piece(), 1..=12).prop_filter_map("not a valid connector", |pieces| {
+            let raw = pieces.concat();
+            Connector::parse(&raw).ok().map(|c| c.as_str().to_owned())
+        })
+    }
+
+    fn clashing_connector() -> impl Strategy<Value = String> {
+        let pieces: Vec<&str> = ESCAPE_LIKE
+            .iter()
+            .copied()
+            .chain(["é", ":", "1", " "])
+            .collect();
+        prop::collection::vec(prop::sample::select(pieces), 1..=3).prop_filter_map(
+            "not a valid connector",
+            |pieces| {
+                let raw = pieces.concat();
+                Connector::parse(&raw).ok().map(|c| c.as_str().to_owned())
+            },
+        )
+    }
+
     proptest! {
+        #[test]
+        fn a_merchants_breaker_keys_share_its_hash_tag(
+            m in valid_id(40, piece()), c in connector(), other in valid_id(40, piece()),
+        ) {
+            let (mid, oid) = (merchant(&m), merchant(&other));
+            let counts = breaker_counts_key(&mid);
+            let open = breaker_open_key(&mid, &c);
+            prop_assert_eq!(hash_tag(&counts), hash_tag(&open));
+            // The tag is the escaped merchant: one per merchant.
+            let mut escaped = String::new();
+            escape_into(&mut escaped, &m, true);
+            prop_assert_eq!(hash_tag(&counts), escaped.as_str());
+            if m != other {
+                let other_counts = breaker_counts_key(&oid);
+                prop_assert_ne!(hash_tag(&counts), hash_tag(&other_counts));
+            }
+        }
+
+        /// One text split into (merchant, connector) at two places: naive
+        /// concatenation would give both splits one key and one field.
+        #[test]
+        fn splits_of_one_text_get_distinct_keys_and_fields(
+            pieces in prop::collection::vec(
+                prop::sample::select(vec!["a", "_", "%", "{", "}", "1", ":", "%5F", "%7D", "é"]),
+                2..10,
+            ),
+            at in any::<prop::sample::Index>(),
+            other_at in any::<prop::sample::Index>(),
+        ) {
+            let text = pieces.concat();
+            let split = |i: prop::sample::Index| {
+                let bounds: Vec<usize> = (1..text.len()).filter(|b| text.is_char_boundary(*b)).collect();
+                let b = bounds[i.index(bounds.len())];
+                let (m, c) = text.split_at(b);
+                Some((MerchantId::parse(m).ok().filter(|id| id.as_str() == m)?, c.to_owned()))
+            };
+            if let (Some((m1, c1)), Some((m2, c2))) = (split(at), split(other_at)) {
+                prop_assume!(m1 != m2);
+                prop_assert_ne!(breaker_open_key(&m1, &c1), breaker_open_key(&m2, &c2));
+                prop_assert_ne!(breaker_counts_key(&m1), breaker_counts_key(&m2));
+                prop_assert_ne!(index_trip_field(&m1, &c1), index_trip_field(&m2, &c2));
+                prop_assert_ne!(index_override_field(&m1, &c1), index_override_field(&m2, &c2));
+            }
+        }
+
+        #[test]
+        fn index_fields_parse_back_to_their_pair(
+            m in valid_id(40, piece()), c in connector(),
+        ) {
+            let mid = merchant(&m);
+            prop_assert_eq!(
+                parse_index_field(&index_trip_field(&mid, &c)),
+                Some((IndexFieldKind::Trip, mid.clone(), c.clone()))
+            );
+            prop_assert_eq!(
+                parse_index_field(&index_override_field(&mid, &c)),
+                Some((IndexFieldKind::Override, mid, c))
+            );
+        }
+
+        #[test]
+        fn only_index_fields_the_service_writes_parse(text in "[to][0-9]{0,2}:?[a-z:_{} 12]{0,8}") {
+            if let Some((kind, m, c)) = parse_index_field(&text) {
+                let back = match kind {
+                    IndexFieldKind::Trip => index_trip_field(&m, &c),
+                    IndexFieldKind::Override => index_override_field(&m, &c),
+                };
+                prop_assert_eq!(back, text);
+            }
+        }
+
+        /// Every breaker key, index field and customer or admission key of
+        /// a batch of ids that collide under naive concatenation is distinct
+        /// from every other, unless made from the same ids.
+        #[test]
+        fn breaker_keys_and_fields_are_injective_and_apart_from_other_keys(
+            pairs in prop::collection::btree_set((clashing_id(), clashing_connector()), 1..30),
+        ) {
+            let mut keys = std::collections::BTreeMap::new();
+            let mut fields = std::collections::BTreeMap::new();
+            let put = |map: &mut std::collections::BTreeMap<String, String>,
+                           key: String,
+                           made_of: String| {
+                if let Some(before) = map.insert(key.clone(), made_of.clone()) {
+                    prop_assert_eq!(&before, &made_of, "{:?} made twice", key);
+                }
+                Ok(())
+            };
+            put(&mut keys, BREAKER_INDEX_KEY.to_owned(), "index".into())?;
+            for (m, c) in &pairs {
+                let mid = merchant(m);
+                put(&mut keys, breaker_counts_key(&mid).as_str().into(), format!("counts {m:?}"))?;
+                put(&mut keys, breaker_open_key(&mid, c).as_str().into(), format!("open {m:?} {c:?}"))?;
+                put(&mut keys, admission_key(&mid).as_str().into(), format!("admission {m:?}"))?;
+                // The connector read as a customer id, where it is one.
+                if let Ok(customer) = CustomerId::parse(c) {
+                    put(
+                        &mut keys,
+                        customer_key(&mid, &customer).as_str().into(),
+                        format!("customer {m:?} {:?}", customer.as_str()),
+                    )?;
+                }
+                put(&mut fields, index_trip_field(&mid, c), format!("trip {m:?} {c:?}"))?;
+                put(&mut fields, index_override_field(&mid, c), format!("override {m:?} {c:?}"))?;
+            }
+        }
+
         #[test]
         fn customer_keys_decode_back_to_their_ids(
             merchant in valid_id(40, piece()), customer in valid_id(40, piece())

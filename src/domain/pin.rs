@@ -9,6 +9,11 @@
 //! given the orchestrator's live scores, a candidate scoring below
 //! `ratio × top` is vetoed, and the pin is the best candidate left. It reads
 //! nothing more than the hash, so GetPin stays one Redis command.
+//!
+//! The circuit breaker (contract v1.2 §3) vetoes too: [`choose_pin_with`]
+//! asks it about each candidate, its reason wins over the score's, and the
+//! pin is the best candidate vetoed for no reason. [`choose_pin`] is v1.1's
+//! GetPin exactly (no breaker).
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
@@ -346,7 +351,154 @@ mod tests {
         assert_eq!(ScoreRatio::new(f64::NAN), None);
     }
 
+    fn reasons(choice: &PinChoice) -> Vec<(&str, VetoReason)> {
+        choice
+            .vetoes
+            .iter()
+            .map(|(c, r)| (c.connector.as_str(), *r))
+            .collect()
+    }
+
+    #[test]
+    fn score_vetoes_are_listed_with_their_reason() {
+        let fields = hash(&[("INTERAC:RTP:a", 5), ("INTERAC:RTP:b", 3)]);
+        let choice = choose_pin(&fields, &vetoed_query(&[], &[("a", 0.1), ("b", 0.9)], 0.5));
+        assert_eq!(reasons(&choice), [("a", VetoReason::Score)]);
+        assert_eq!(choose_pin(&fields, &query(&[], 1)).vetoes, []);
+    }
+
+    #[test]
+    fn an_open_breaker_passes_the_pin_to_the_next_candidate() {
+        let fields = hash(&[
+            ("INTERAC:RTP:a", 5),
+            ("INTERAC:RTP:b", 3),
+            ("INTERAC:RTP:c", 1),
+        ]);
+        let choice = choose_pin_with(&fields, &query(&[], 1), |c| {
+            (c == "a").then_some(VetoReason::CircuitOpen)
+        });
+        assert_eq!(names(&choice.candidates), ["a", "b", "c"]);
+        assert_eq!(names(&choice.vetoed), ["a"]);
+        assert_eq!(reasons(&choice), [("a", VetoReason::CircuitOpen)]);
+        assert_eq!(choice.pin.unwrap().connector, "b");
+    }
+
+    #[test]
+    fn a_candidate_vetoed_twice_is_listed_once_with_the_breakers_reason() {
+        let fields = hash(&[
+            ("INTERAC:RTP:a", 5),
+            ("INTERAC:RTP:b", 3),
+            ("INTERAC:RTP:c", 1),
+        ]);
+        // a: score and breaker; b: breaker only; c: score only.
+        let q = vetoed_query(&[], &[("a", 0.1), ("b", 1.0), ("c", 0.1)], 0.5);
+        let mut asked = Vec::new();
+        let choice = choose_pin_with(&fields, &q, |c| {
+            asked.push(c.to_owned());
+            match c {
+                "a" => Some(VetoReason::ForcedOpen),
+                "b" => Some(VetoReason::CircuitHalfOpen),
+                _ => None,
+            }
+        });
+        assert_eq!(asked, ["a", "b", "c"]);
+        assert_eq!(names(&choice.vetoed), ["a", "b", "c"]);
+        assert_eq!(
+            reasons(&choice),
+            [
+                ("a", VetoReason::ForcedOpen),
+                ("b", VetoReason::CircuitHalfOpen),
+                ("c", VetoReason::Score),
+            ]
+        );
+        assert_eq!(choice.pin, None);
+    }
+
+    /// GetPin as v1.1 wrote it, before the breaker: the reference
+    /// `choose_pin` must still match exactly.
+    fn v1_1_choose_pin(
+        fields: &[(String, i64)],
+        query: &PinQuery,
+    ) -> (Vec<Candidate>, Vec<Candidate>, Option<Candidate>) {
+        let candidates = rank_candidates(fields, query);
+        let vetoed: Vec<Candidate> = match &query.veto {
+            Some(veto) => candidates
+                .iter()
+                .filter(|c| veto.vetoes(&c.connector))
+                .cloned()
+                .collect(),
+            None => Vec::new(),
+        };
+        let pin = candidates.iter().find(|c| !vetoed.contains(c)).cloned();
+        (candidates, vetoed, pin)
+    }
+
+    fn breaker_reason() -> impl Strategy<Value = Option<VetoReason>> {
+        prop_oneof![
+            Just(None),
+            Just(Some(VetoReason::CircuitOpen)),
+            Just(Some(VetoReason::CircuitHalfOpen)),
+            Just(Some(VetoReason::ForcedOpen)),
+        ]
+    }
+
     proptest! {
+        #[test]
+        fn without_breaker_vetoes_getpin_is_v1_1_exactly(
+            counts in proptest::collection::btree_map("[a-d]", -1i64..6, 0..5),
+            scores in proptest::collection::hash_map("[a-e]", 0.0f64..1.0, 0..6),
+            ratio in 0.0f64..=1.0,
+            eligible in proptest::collection::vec("[a-e]", 0..4),
+            min_count in 1i64..3,
+        ) {
+            let fields: Vec<(String, i64)> =
+                counts.iter().map(|(c, n)| (format!("INTERAC:RTP:{c}"), *n)).collect();
+            let eligible: Vec<&str> = eligible.iter().map(String::as_str).collect();
+            let mut q = query(&eligible, min_count);
+            q.veto = Veto::new(scores, ScoreRatio::new(ratio).unwrap(), &q.eligible);
+            let (candidates, vetoed, pin) = v1_1_choose_pin(&fields, &q);
+            let with = choose_pin_with(&fields, &q, |_| None);
+            prop_assert_eq!(&with, &choose_pin(&fields, &q));
+            prop_assert_eq!(&with.candidates, &candidates);
+            prop_assert_eq!(&with.vetoed, &vetoed);
+            prop_assert_eq!(&with.pin, &pin);
+            let scored: Vec<(Candidate, VetoReason)> =
+                vetoed.into_iter().map(|c| (c, VetoReason::Score)).collect();
+            prop_assert_eq!(with.vetoes, scored);
+        }
+
+        #[test]
+        fn the_pin_is_the_best_candidate_vetoed_for_no_reason(
+            counts in proptest::collection::btree_map("[a-d]", 1i64..6, 0..5),
+            scores in proptest::collection::hash_map("[a-e]", 0.0f64..1.0, 0..6),
+            ratio in 0.0f64..=1.0,
+            breaker in proptest::collection::hash_map("[a-e]", breaker_reason(), 0..6),
+        ) {
+            let fields: Vec<(String, i64)> =
+                counts.iter().map(|(c, n)| (format!("INTERAC:RTP:{c}"), *n)).collect();
+            let mut q = query(&[], 1);
+            q.veto = Veto::new(scores, ScoreRatio::new(ratio).unwrap(), &[]);
+            let by_breaker = |c: &str| breaker.get(c).copied().flatten();
+            let choice = choose_pin_with(&fields, &q, by_breaker);
+            let reason = |c: &Candidate| {
+                by_breaker(&c.connector).or_else(|| {
+                    q.veto.as_ref().is_some_and(|v| v.vetoes(&c.connector)).then_some(VetoReason::Score)
+                })
+            };
+            let expected: Vec<(Candidate, VetoReason)> = choice
+                .candidates
+                .iter()
+                .filter_map(|c| Some((c.clone(), reason(c)?)))
+                .collect();
+            prop_assert_eq!(&choice.vetoes, &expected);
+            let vetoed: Vec<Candidate> = expected.into_iter().map(|(c, _)| c).collect();
+            prop_assert_eq!(&choice.vetoed, &vetoed);
+            prop_assert_eq!(
+                choice.pin.as_ref(),
+                choice.candidates.iter().find(|c| reason(c).is_none())
+            );
+        }
+
         #[test]
         fn the_pin_is_the_best_candidate_not_vetoed(
             counts in proptest::collection::btree_map("[a-d]", 1i64..6, 0..5),

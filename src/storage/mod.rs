@@ -1,9 +1,11 @@
 //! The Redis adapter: [`RedisStore`] keeps the customer state in Redis and
 //! runs the domain rules there atomically.
 //!
-//! Every command and script the service sends touches exactly one key, so
-//! the same code runs on a single node and on Redis Cluster (the bulk
-//! import's batched script calls touch keys of one slot each). On Cluster
+//! Every command and script the service sends touches exactly one key, or
+//! keys of one slot, so the same code runs on a single node and on Redis
+//! Cluster (the bulk import's batched script calls touch keys of one slot
+//! each; a breaker transition, a merchant's counts hash and one breaker's
+//! open key, which share the merchant's hash tag). On Cluster
 //! each call goes, by its key's slot, to a pool of the primary that owns it
 //! (`topology/cluster.rs`), so one shard's failover stalls no other shard.
 //! Writes are never retried behind the caller's back (a lost reply after

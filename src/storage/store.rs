@@ -2,7 +2,8 @@
 //! the connections of `topology/`, run by `exec/`.
 //!
 //! The public surface is what a caller may do with customer state: read it,
-//! forget it, check that Redis answers. The writes are crate-private typed
+//! forget it, check that Redis answers; and the connector circuit breaker's
+//! shared state (`store/breaker.rs`). The writes are crate-private typed
 //! [`Op`]s, run one at a time ([`RedisStore::run`]) or many at once
 //! ([`RedisStore::run_batch`]); the record plan (`record/plan.rs`) decides
 //! which ops an outcome makes, for RecordOutcome and the bulk import alike,

@@ -185,12 +185,16 @@ pub fn connector_health_request(
     MerchantId::parse(&req.merchant_id)
 }
 
+/// An override and how long it lasts, as `Breakers::set_override` takes
+/// it; `None` clears the override.
+pub type OverrideChange = Option<(Override, Duration)>;
+
 /// SetConnectorOverride's merchant, connector and override with its
 /// lifetime; `None` clears the override (`BREAKER_OVERRIDE_NONE`, whose
 /// `ttl_seconds` is ignored).
 pub fn connector_override(
     req: &pb::SetConnectorOverrideRequest,
-) -> Result<(MerchantId, Connector, Option<(Override, Duration)>), InvalidInput> {
+) -> Result<(MerchantId, Connector, OverrideChange), InvalidInput> {
     let merchant = MerchantId::parse(&req.merchant_id)?;
     let connector = Connector::parse(&req.connector)?;
     let kind = match pb::BreakerOverride::try_from(req.r#override) {

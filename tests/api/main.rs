@@ -12,6 +12,7 @@ mod admission;
 mod admission_memory;
 mod breaker;
 mod bad_input;
+mod breaker_off;
 mod bulk_fail_fast;
 mod concurrency;
 mod connections;

@@ -2,7 +2,10 @@
 //! verdicts it gives.
 
 use super::*;
-use crate::domain::keys::{ADMISSION_KEY_PREFIX, CUSTOMER_KEY_PREFIX, parse_customer_key};
+use crate::domain::keys::{
+    ADMISSION_KEY_PREFIX, BREAKER_INDEX_KEY, BREAKER_KEY_PREFIX, CUSTOMER_KEY_PREFIX,
+    parse_customer_key,
+};
 
 /// Every Lua source the service sends.
 const SCRIPTS: &[(&str, &str)] = &[
@@ -97,6 +100,15 @@ fn probe_keys_are_in_the_families_and_never_a_customers_or_a_merchants() {
     // An admission key's merchant id is never empty either.
     let rest = &ADMISSION[ADMISSION_KEY_PREFIX.len()..];
     assert!(rest.starts_with('_'), "{ADMISSION}");
+    // Nor is the breaker probe key any breaker key: those go on with `c{`,
+    // `o{` or are the index.
+    assert!(BREAKER.starts_with(BREAKER_KEY_PREFIX));
+    assert_ne!(BREAKER, BREAKER_INDEX_KEY);
+    let rest = &BREAKER[BREAKER_KEY_PREFIX.len()..];
+    assert!(
+        !rest.starts_with("c{") && !rest.starts_with("o{"),
+        "{BREAKER}"
+    );
     for need in NEEDS {
         let pattern = need.keys.map(|keys| keys.trim_end_matches('*'));
         for word in need.words {

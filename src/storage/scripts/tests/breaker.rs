@@ -832,3 +832,44 @@ fn the_two_key_transition_runs_in_one_slot_on_cluster() {
         store.quit().await;
     });
 }
+
+#[test]
+fn a_key_that_could_not_be_given_its_ttl_is_never_made() {
+    let h = Harness::new();
+    let port = h._redis.port;
+    let revoke = ["ACL", "SETUSER", SERVICE_USER, "-pexpire"];
+    test_support::redis_server::redis_cli(port, &revoke);
+    let s = settings();
+    let m = merchant("m");
+    let b = s.bucket_of(T0);
+    let is_permission = |result: &Result<_, StorageError>| {
+        matches!(
+            result,
+            Err(StorageError::Unavailable {
+                why: crate::storage::NotApplied::Permission,
+                ..
+            })
+        )
+    };
+    h.runtime.block_on(async {
+        let store = &h.store;
+        let flushed = store
+            .flush_breakers(&m, &[buckets("a", &[(b, 1, 1)])], T0, &s, deadline())
+            .await
+            .map(|_| ());
+        assert!(is_permission(&flushed), "{flushed:?}");
+        let tripped = store
+            .transition_breaker(&m, "a", BreakerTransition::Trip, T0, &s, deadline())
+            .await
+            .map(|_| ());
+        assert!(is_permission(&tripped), "{tripped:?}");
+        let tripped = Tripped {
+            open_until_ms: T0,
+            calls: 1,
+            failures: 1,
+        };
+        let indexed = store.index_trip(&m, "a", tripped, &s, deadline()).await;
+        assert!(is_permission(&indexed), "{indexed:?}");
+    });
+    assert!(h.breaker_keys().is_empty(), "{:?}", h.breaker_keys());
+}
