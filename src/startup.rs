@@ -19,6 +19,7 @@ use tonic::service::Routes;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
+use crate::breaker::Breakers;
 use crate::config::Settings;
 use crate::pki::{AdminClients, TlsFileProblem};
 use crate::record;
@@ -68,6 +69,8 @@ pub struct Application {
     /// Ends the health Watch streams once every status is NOT_SERVING.
     watches_end: CancellationToken,
     store: RedisStore,
+    /// The circuit breaker's engine, unless `STICKY_ROUTING_BREAKER=off`.
+    breakers: Option<Arc<Breakers>>,
     metrics: Arc<Metrics>,
     /// Failed calls by kind, summarised once a second.
     failures: Arc<FailureLog>,
@@ -124,6 +127,9 @@ impl Application {
         wait_for_redis(&store, &redis_url).await;
 
         let failures = Arc::new(FailureLog::new());
+        let breakers = settings
+            .breaker
+            .map(|breaker| Arc::new(Breakers::new(store.clone(), breaker, metrics.clone())));
         let api = StickyRoutingService::new(
             store.clone(),
             metrics.clone(),
@@ -131,9 +137,7 @@ impl Application {
             Arc::new(settings.rules),
             record::call_ceiling(settings.redis.command_timeout),
             settings.admin_clients.clone(),
-            // The engine is wired in by its own change; until then the
-            // breaker is off here whatever STICKY_ROUTING_BREAKER says.
-            None,
+            breakers.clone(),
         );
         let api = transport::server::api(
             api,
@@ -157,6 +161,7 @@ impl Application {
             health,
             watches_end,
             store,
+            breakers,
             metrics,
             failures,
             tasks,

@@ -18,9 +18,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::{Breakers, unix_ms};
-use crate::domain::breaker::{
-    BreakerState, ProbeVerdict, Tripped, probes_decide, state_at, trips,
-};
+use crate::domain::breaker::{BreakerState, ProbeVerdict, Tripped, probes_decide, state_at, trips};
 use crate::domain::ids::MerchantId;
 use crate::storage::{BreakerTransition, ConnectorSnapshot, StorageError};
 
@@ -96,9 +94,9 @@ async fn decide(breakers: &Breakers, merchant: &MerchantId, snapshot: ConnectorS
         .entry(merchant.as_str(), connector)
         .and_then(|entry| entry.tripped);
     if known != snapshot.tripped {
-        breakers
-            .view
-            .update(merchant.as_str(), connector, |entry| entry.tripped = snapshot.tripped);
+        breakers.view.update(merchant.as_str(), connector, |entry| {
+            entry.tripped = snapshot.tripped
+        });
     }
     let state = state_at(snapshot.tripped.as_ref(), now, settings);
     let (transition, from, counts) = match state {
@@ -141,18 +139,25 @@ async fn decide(breakers: &Breakers, merchant: &MerchantId, snapshot: ConnectorS
             return;
         }
     };
-    breakers
-        .view
-        .update(merchant.as_str(), connector, |entry| entry.tripped = tripped);
+    breakers.view.update(merchant.as_str(), connector, |entry| {
+        entry.tripped = tripped
+    });
     let to = state_at(tripped.as_ref(), now, settings);
-    log_transition(breakers, merchant.as_str(), connector, from, to, counts.calls, counts.failures);
+    log_transition(
+        breakers,
+        merchant.as_str(),
+        connector,
+        from,
+        to,
+        counts.calls,
+        counts.failures,
+    );
     let indexed = match (transition, tripped) {
-        (BreakerTransition::Close { open_until_ms }, _) => {
-            breakers
-                .store
-                .index_clear_trip(merchant, connector, open_until_ms, deadline)
-                .await
-        }
+        (BreakerTransition::Close { open_until_ms }, _) => breakers
+            .store
+            .index_clear_trip(merchant, connector, open_until_ms, deadline)
+            .await
+            .map(|_removed| ()),
         (_, Some(tripped)) => {
             breakers
                 .store
@@ -201,7 +206,9 @@ fn log_transition(
     calls: u64,
     failures: u64,
 ) {
-    breakers.metrics.breaker_transition(from.label(), to.label());
+    breakers
+        .metrics
+        .breaker_transition(from.label(), to.label());
     tracing::info!(
         merchant,
         connector,

@@ -32,8 +32,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::breaker::{
-    BreakerSettings, BreakerState, CountInto, Override, OverrideUntil, Share, VetoReason, breaker_veto,
-    count_into, state_at,
+    BreakerSettings, BreakerState, CountInto, Override, OverrideUntil, Share, VetoReason,
+    breaker_veto, count_into, state_at,
 };
 use crate::domain::ids::{Connector, MerchantId};
 pub use crate::storage::ConnectorHealthRow;
@@ -152,7 +152,9 @@ impl Breakers {
         match result {
             Ok(()) => {
                 self.view
-                    .update(merchant.as_str(), connector.as_str(), |entry| entry.over = over);
+                    .update(merchant.as_str(), connector.as_str(), |entry| {
+                        entry.over = over
+                    });
                 tracing::info!(
                     merchant = merchant.as_str(),
                     connector = connector.as_str(),

@@ -47,16 +47,18 @@ impl Tally {
     fn add(&mut self, into: CountInto, failed: bool) {
         let counts = match into {
             CountInto::Nowhere => return,
-            CountInto::Bucket(bucket) => match self.buckets.iter_mut().find(|(b, _)| *b == bucket) {
-                Some((_, counts)) => counts,
-                None => {
-                    self.buckets.push((bucket, Counts::default()));
-                    match self.buckets.last_mut() {
-                        Some((_, counts)) => counts,
-                        None => return,
+            CountInto::Bucket(bucket) => {
+                match self.buckets.iter_mut().find(|(b, _)| *b == bucket) {
+                    Some((_, counts)) => counts,
+                    None => {
+                        self.buckets.push((bucket, Counts::default()));
+                        match self.buckets.last_mut() {
+                            Some((_, counts)) => counts,
+                            None => return,
+                        }
                     }
                 }
-            },
+            }
             CountInto::Probe { open_until_ms } => {
                 match &mut self.probes {
                     // Probes of an older half-open never carry over.
@@ -94,7 +96,9 @@ impl Pending {
 
     /// Counts one call of the pair into `into`.
     pub fn add(&self, merchant: &MerchantId, connector: &Connector, into: CountInto, failed: bool) {
-        let key = self.hasher.hash_one((merchant.as_str(), connector.as_str()));
+        let key = self
+            .hasher
+            .hash_one((merchant.as_str(), connector.as_str()));
         let shard = &self.shards[usize::try_from(key % self.shards.len() as u64).unwrap_or(0)];
         let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
         let tally = match shard.tracked.get_mut(&key) {
@@ -150,10 +154,17 @@ impl Pending {
     }
 
     /// How many pairs are tracked now.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.shards
             .iter()
-            .map(|shard| shard.lock().unwrap_or_else(PoisonError::into_inner).tracked.len())
+            .map(|shard| {
+                shard
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .tracked
+                    .len()
+            })
             .sum()
     }
 }
@@ -185,13 +196,31 @@ mod tests {
         assert_eq!(
             taken[0].1[0].buckets,
             vec![
-                (7, Counts { calls: 2, failures: 1 }),
-                (8, Counts { calls: 1, failures: 1 })
+                (
+                    7,
+                    Counts {
+                        calls: 2,
+                        failures: 1
+                    }
+                ),
+                (
+                    8,
+                    Counts {
+                        calls: 1,
+                        failures: 1
+                    }
+                )
             ]
         );
         assert_eq!(
             taken[1].1[0].probes,
-            Some((5, Counts { calls: 1, failures: 1 }))
+            Some((
+                5,
+                Counts {
+                    calls: 1,
+                    failures: 1
+                }
+            ))
         );
         assert!(pending.take().is_empty(), "nothing is flushed twice");
         assert_eq!(pending.len(), 2, "the pairs stay tracked");
@@ -206,7 +235,13 @@ mod tests {
         let taken = pending.take();
         assert_eq!(
             taken[0].1[0].probes,
-            Some((9, Counts { calls: 1, failures: 0 }))
+            Some((
+                9,
+                Counts {
+                    calls: 1,
+                    failures: 0
+                }
+            ))
         );
     }
 

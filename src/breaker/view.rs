@@ -41,8 +41,7 @@ impl Snapshot {
     /// Whether the states are recent enough to act on: fail-open holds the
     /// last known state for at most OPEN_FOR after the last successful read.
     pub fn fresh(&self, now_ms: i64, settings: &BreakerSettings) -> bool {
-        self.read_at_ms > 0
-            && now_ms.saturating_sub(self.read_at_ms) <= settings.open_for_ms()
+        self.read_at_ms > 0 && now_ms.saturating_sub(self.read_at_ms) <= settings.open_for_ms()
     }
 
     pub fn len(&self) -> usize {
@@ -118,7 +117,10 @@ impl View {
                     next.insert(m, c, *entry);
                 }
             }
-            let mut entry = current.entry(merchant, connector).copied().unwrap_or_default();
+            let mut entry = current
+                .entry(merchant, connector)
+                .copied()
+                .unwrap_or_default();
             change(&mut entry);
             if entry != Entry::default() {
                 next.insert(merchant, connector, entry);
@@ -149,14 +151,26 @@ mod tests {
     fn a_poll_replaces_the_view_within_the_bound() {
         let view = View::default();
         let dropped = view.replace(
-            vec![index("m1", "a", 5), index("m1", "b", 6), index("m2", "a", 7)],
+            vec![
+                index("m1", "a", 5),
+                index("m1", "b", 6),
+                index("m2", "a", 7),
+            ],
             1_000,
             2,
         );
         assert_eq!(dropped, 1);
         let snapshot = view.load();
         assert_eq!(snapshot.len(), 2);
-        assert_eq!(snapshot.entry("m1", "a").unwrap().tripped.unwrap().open_until_ms, 5);
+        assert_eq!(
+            snapshot
+                .entry("m1", "a")
+                .unwrap()
+                .tripped
+                .unwrap()
+                .open_until_ms,
+            5
+        );
         assert!(snapshot.entry("m2", "a").is_none());
         view.replace(vec![index("m2", "a", 7)], 2_000, 10);
         assert!(view.load().entry("m1", "a").is_none());

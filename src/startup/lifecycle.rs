@@ -28,6 +28,9 @@ use crate::transport::tls::{Connection, RELOAD_INTERVAL, plain_incoming, tls_inc
 /// The gRPC server's connections, plaintext or TLS.
 type Incoming = Pin<Box<dyn Stream<Item = std::io::Result<Connection>> + Send>>;
 
+/// The longest the breaker's last flush may hold up the exit.
+const BREAKER_LAST_FLUSH: Duration = Duration::from_secs(2);
+
 /// How often readiness pings Redis.
 const REDIS_HEALTH_INTERVAL: Duration = Duration::from_millis(500);
 
@@ -42,6 +45,9 @@ impl Application {
 
         let shutdown = CancellationToken::new();
         let drain = shutdown.child_token();
+        // Not on the tracker: it must end (with its last flush) before the
+        // store closes, below.
+        let breaker_cycle = self.breakers.as_ref().map(|b| b.start(shutdown.clone()));
         let metrics_server = telemetry::serve_metrics(
             self.metrics_listener,
             self.metrics,
@@ -110,8 +116,12 @@ impl Application {
             }
         };
 
-        // Every exit path: stop every task, close the store, wait for all.
+        // Every exit path: stop every task, let the breaker flush the counts
+        // of the calls it answered, close the store, wait for all.
         shutdown.cancel();
+        if let Some(cycle) = breaker_cycle {
+            let _ = tokio::time::timeout(BREAKER_LAST_FLUSH, cycle).await;
+        }
         store.quit().await;
         tasks.close();
         tasks.wait().await;

@@ -10,8 +10,8 @@ mod support;
 
 mod admission;
 mod admission_memory;
-mod breaker;
 mod bad_input;
+mod breaker;
 mod breaker_off;
 mod bulk_fail_fast;
 mod concurrency;
