@@ -31,6 +31,7 @@ pub use cli::{CommandLine, from_process, parse_command_line, process_env};
 
 use crate::declare::ENV_PREFIX;
 use crate::domain::Rules;
+use crate::domain::breaker::BreakerSettings;
 use crate::domain::priority::Shares;
 use crate::pki::{AdminClients, ServerTlsFiles};
 use crate::storage::RedisSettings;
@@ -62,6 +63,9 @@ pub struct Settings {
     /// The shares of `max_in_flight` below which RecordOutcome, and the
     /// admin and low-priority calls, may start: GetPin is shed last.
     pub shares: Shares,
+    /// The connector circuit breaker (contract v1.2 §3); `None` when
+    /// `STICKY_ROUTING_BREAKER=off`: nothing counted or kept.
+    pub breaker: Option<BreakerSettings>,
     /// A connection older than this (±10 % per process) gets GOAWAY, so
     /// that clients reconnect and spread over pods added since.
     pub max_connection_age: Duration,

@@ -35,6 +35,7 @@
 //! - the binary (`main.rs`) → `config`, `startup`, `bulk`, `telemetry`,
 //!   `process`.
 
+pub mod breaker;
 pub mod bulk;
 pub mod config;
 pub mod declare;

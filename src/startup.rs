@@ -131,6 +131,9 @@ impl Application {
             Arc::new(settings.rules),
             record::call_ceiling(settings.redis.command_timeout),
             settings.admin_clients.clone(),
+            // The engine is wired in by its own change; until then the
+            // breaker is off here whatever STICKY_ROUTING_BREAKER says.
+            None,
         );
         let api = transport::server::api(
             api,

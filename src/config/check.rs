@@ -11,6 +11,7 @@ use super::{ConfigError, Settings};
 use crate::declare::{About, Checker, Raw};
 use crate::domain::Rules;
 use crate::domain::admission::Budgets;
+use crate::domain::breaker::BreakerSettings;
 use crate::domain::ids::MerchantId;
 use crate::domain::priority::Shares;
 use crate::pki::{AdminClients, ServerTlsFiles, TlsFileKind};
@@ -45,6 +46,7 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
     let shutdown_grace = c.value(&declared::SHUTDOWN_GRACE);
     let max_in_flight = c.value(&declared::MAX_IN_FLIGHT);
     let shares = shares(&mut c);
+    let breaker = breaker(&mut c);
     let max_connection_age = c.value(&declared::MAX_CONNECTION_AGE);
     let max_connection_age_grace = c.value(&declared::MAX_CONNECTION_AGE_GRACE);
     let worker_threads = c.value(&declared::WORKER_THREADS);
@@ -73,6 +75,7 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
             shutdown_grace: shutdown_grace?,
             max_in_flight: max_in_flight?,
             shares: shares?,
+            breaker: breaker?,
             max_connection_age: max_connection_age?,
             max_connection_age_grace: max_connection_age_grace?,
             worker_threads: worker_threads?,
@@ -102,6 +105,30 @@ fn shares(c: &mut Checker) -> Option<Shares> {
         return None;
     }
     Some(Shares { feedback, low })
+}
+
+/// The circuit breaker's settings, or `Some(None)` when it is off. Every
+/// one is checked even when the breaker is off, so that a bad value is
+/// found before someone turns it on.
+fn breaker(c: &mut Checker) -> Option<Option<BreakerSettings>> {
+    let on = c.value(&declared::BREAKER);
+    let window = c.value(&declared::BREAKER_WINDOW);
+    let min_calls = c.value(&declared::BREAKER_MIN_CALLS);
+    let failure_ratio = c.value(&declared::BREAKER_FAILURE_RATIO);
+    let open_for = c.value(&declared::BREAKER_OPEN_FOR);
+    let probe_calls = c.value(&declared::BREAKER_PROBE_CALLS);
+    let probe_share = c.value(&declared::BREAKER_PROBE_SHARE);
+    let max_tracked = c.value(&declared::BREAKER_MAX_TRACKED);
+    let settings = BreakerSettings {
+        window: window?,
+        min_calls: min_calls?,
+        failure_ratio: failure_ratio?,
+        open_for: open_for?,
+        probe_calls: probe_calls?,
+        probe_share: probe_share?,
+        max_tracked: max_tracked?,
+    };
+    Some(on?.then_some(settings))
 }
 
 /// gRPC TLS and who may call the admin RPCs. The files are read and

@@ -1,6 +1,6 @@
 //! The settings configuration owns, declared once each: the listeners,
 //! gRPC TLS and the admin list, the domain's rules (the domain is pure and
-//! reads nothing), the serving limits and the runtime. Storage declares
+//! reads nothing), the serving limits, the circuit breaker and the runtime. Storage declares
 //! its Redis settings and telemetry its log format, each beside the code
 //! that reads them; [`all`] lists every declaration, in `--help` order.
 //!
@@ -21,6 +21,7 @@ use crate::declare::parse::{
     path as parse_path, positive_duration as parse_positive_duration, whole_number,
 };
 use crate::declare::{About, Fallback, settings};
+use crate::domain::breaker::Share;
 use crate::domain::memory_guard::MemoryLimit;
 use crate::domain::percent::Percent;
 use crate::domain::pin::ScoreRatio;
@@ -28,12 +29,13 @@ use crate::pki::AdminClients;
 use crate::{storage, telemetry};
 
 /// Every setting, in `--help` order: the server's, Redis's, the rules and
-/// limits, the log format, the runtime.
+/// limits, the circuit breaker, the log format, the runtime.
 pub(super) fn all() -> impl Iterator<Item = &'static About> + Clone {
     SERVER
         .iter()
         .chain(storage::REDIS_SETTINGS)
         .chain(RULES_AND_LIMITS)
+        .chain(CIRCUIT_BREAKER)
         .chain(telemetry::TELEMETRY_SETTINGS)
         .chain(RUNTIME)
 }
@@ -71,6 +73,18 @@ settings! {
 }
 
 settings! {
+    pub(super) CIRCUIT_BREAKER;
+    BREAKER: bool = About::new("breaker", Text("on"), "the connector circuit breaker: `on` or `off`;\n`off` counts and keeps nothing, as before v1.2"), parse_on_off;
+    BREAKER_WINDOW: Duration = About::new("breaker_window", Text("60s"), "the breaker counts calls over this window, at\nleast 1s"), parse_breaker_duration;
+    BREAKER_MIN_CALLS: u32 = About::new("breaker_min_calls", Text("20"), "calls in the window before a breaker can open,\n1 to 1000000"), |t| whole_number(t, 1, 1_000_000);
+    BREAKER_FAILURE_RATIO: Share = About::new("breaker_failure_ratio", Text("0.5"), "failures / calls at which a breaker opens: 0.5,\nor 1% to 100%"), Share::parse;
+    BREAKER_OPEN_FOR: Duration = About::new("breaker_open_for", Text("30s"), "how long an open breaker vetoes its connector\nbefore probing it, at least 1s"), parse_breaker_duration;
+    BREAKER_PROBE_CALLS: u32 = About::new("breaker_probe_calls", Text("5"), "calls a half-open breaker counts before it\ncloses or opens again, 1 to 1000000"), |t| whole_number(t, 1, 1_000_000);
+    BREAKER_PROBE_SHARE: Share = About::new("breaker_probe_share", Text("10%"), "share of GetPins that may pin to a half-open\nconnector, to probe it: 0.1, or 1% to 100%"), Share::parse;
+    BREAKER_MAX_TRACKED: usize = About::new("breaker_max_tracked", Text("100000"), "(merchant, connector) breakers one process keeps\nin memory, least recently used out; 1 to 100000000"), |t| whole_number(t, 1, 100_000_000);
+}
+
+settings! {
     pub(super) RUNTIME;
     WORKER_THREADS: usize = About::new("worker_threads", Cpus, "runtime threads, 1 to 1024"), |t| whole_number(t, 1, 1024);
 }
@@ -81,6 +95,29 @@ fn parse_score_ratio(text: &str) -> Result<ScoreRatio, String> {
         .ok()
         .and_then(ScoreRatio::new)
         .ok_or_else(|| format!("`{text}` is not a number from 0 to 1"))
+}
+
+/// `on` or `off`, in any case.
+fn parse_on_off(text: &str) -> Result<bool, String> {
+    match text.to_ascii_lowercase().as_str() {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("`{text}` is neither `on` nor `off`")),
+    }
+}
+
+/// The longest breaker window or open time: a day is far past any use,
+/// and keeps every sum of them in milliseconds (and Redis TTLs) small.
+const MAX_BREAKER_DURATION: Duration = Duration::from_secs(86_400);
+
+/// A breaker window or open time: at least 1s (the window is counted in
+/// tenths of it), at most a day.
+fn parse_breaker_duration(text: &str) -> Result<Duration, String> {
+    match parse_duration(text)? {
+        d if d < Duration::from_secs(1) => Err(format!("`{text}` is shorter than 1s")),
+        d if d > MAX_BREAKER_DURATION => Err(format!("`{text}` is longer than 1d")),
+        d => Ok(d),
+    }
 }
 
 /// A TTL or window: Redis expires keys in whole seconds here, so at least 1s.
@@ -105,6 +142,42 @@ mod tests {
         assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
         assert!(parse_whole_seconds("500ms").is_err());
         assert!(parse_duration("ninety").is_err());
+    }
+
+    #[test]
+    fn shares_take_a_decimal_or_a_percentage_in_zero_to_one() {
+        let share = |text| (BREAKER_PROBE_SHARE.parse)(text).map(Share::get);
+        assert_eq!(share("0.5"), Ok(0.5));
+        assert_eq!(share("1"), Ok(1.0));
+        assert_eq!(share("0.001"), Ok(0.001));
+        assert_eq!(share("10%"), Ok(0.1));
+        assert_eq!(share("12.5%"), Ok(0.125));
+        assert_eq!(share("100%"), Ok(1.0));
+        assert_eq!(share("1%"), Ok(0.01));
+        for bad in [
+            "", "0", "0.0", "1.01", "2", "-0.5", ".5", "5.", "0%", "0.5%", "101%", "50", "1e-1",
+            "NaN", "inf", "half", "10 %",
+        ] {
+            let why = (BREAKER_FAILURE_RATIO.parse)(bad).unwrap_err();
+            assert!(why.contains(&format!("`{bad}`")), "{bad}: {why}");
+        }
+    }
+
+    #[test]
+    fn breaker_durations_run_from_a_second_to_a_day() {
+        assert_eq!(parse_breaker_duration("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_breaker_duration("60"), Ok(Duration::from_secs(60)));
+        assert_eq!(
+            parse_breaker_duration("1500ms"),
+            Ok(Duration::from_millis(1500))
+        );
+        assert_eq!(parse_breaker_duration("1d"), Ok(MAX_BREAKER_DURATION));
+        for bad in ["999ms", "0", "25h", "soon"] {
+            assert!(parse_breaker_duration(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_on_off("OFF"), Ok(false));
+        assert_eq!(parse_on_off("on"), Ok(true));
+        assert!(parse_on_off("true").is_err());
     }
 
     #[test]

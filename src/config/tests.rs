@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use super::*;
 use crate::storage::{Secret, redact_url};
 
+mod breaker;
 mod documents;
 mod shares;
 

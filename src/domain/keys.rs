@@ -52,7 +52,99 @@ pub fn admission_key(merchant: &MerchantId) -> AdmissionKey {
     AdmissionKey(key)
 }
 
-/// Both key kinds read as the Redis key they are.
+/// Prefix of every circuit-breaker key (the ACL pattern `~sticky_brk_*`).
+pub const BREAKER_KEY_PREFIX: &str = "sticky_brk_";
+/// The global index of every breaker that is not CLOSED and every override.
+pub const BREAKER_INDEX_KEY: &str = "sticky_brk_i";
+
+/// A merchant's breaker counts: one hash for all its connectors.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BreakerCountsKey(String);
+
+/// One (merchant, connector) breaker's OPEN key, whose TTL is OPEN_FOR.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BreakerOpenKey(String);
+
+/// `sticky_brk_c{M}`: the merchant, escaped as customer keys escape it, is
+/// the Cluster hash tag, so its counts hash and its open keys share a slot.
+pub fn breaker_counts_key(merchant: &MerchantId) -> BreakerCountsKey {
+    let mut key = String::with_capacity(BREAKER_KEY_PREFIX.len() + merchant.as_str().len() + 3);
+    key.push_str(BREAKER_KEY_PREFIX);
+    key.push_str("c{");
+    escape_into(&mut key, merchant.as_str(), true);
+    key.push('}');
+    BreakerCountsKey(key)
+}
+
+/// `sticky_brk_o{M}C`: the connector follows the hash tag with `%`, `{`
+/// and `}` escaped (the escaped merchant holds no `}`, so the tag ends
+/// where the merchant does).
+pub fn breaker_open_key(merchant: &MerchantId, connector: &str) -> BreakerOpenKey {
+    let mut key = String::with_capacity(
+        BREAKER_KEY_PREFIX.len() + merchant.as_str().len() + connector.len() + 3,
+    );
+    key.push_str(BREAKER_KEY_PREFIX);
+    key.push_str("o{");
+    escape_into(&mut key, merchant.as_str(), true);
+    key.push('}');
+    escape_into(&mut key, connector, false);
+    BreakerOpenKey(key)
+}
+
+/// What an index field of [`BREAKER_INDEX_KEY`] holds for its pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IndexFieldKind {
+    /// The breaker's trip (`t…`).
+    Trip,
+    /// An operator's override (`o…`).
+    Override,
+}
+
+/// The index field of a (merchant, connector) breaker's trip:
+/// `t` + the merchant's length in bytes + `:` + merchant + connector.
+pub fn index_trip_field(merchant: &MerchantId, connector: &str) -> String {
+    index_field('t', merchant.as_str(), connector)
+}
+
+/// The index field of a (merchant, connector) breaker's override:
+/// `o` + the merchant's length in bytes + `:` + merchant + connector.
+pub fn index_override_field(merchant: &MerchantId, connector: &str) -> String {
+    index_field('o', merchant.as_str(), connector)
+}
+
+fn index_field(kind: char, merchant: &str, connector: &str) -> String {
+    // The length prefix, not an escape, ends the merchant: ids go in verbatim.
+    format!("{kind}{}:{merchant}{connector}", merchant.len())
+}
+
+/// Inverts [`index_trip_field`] and [`index_override_field`]: the kind,
+/// merchant and connector of `field`, or `None` for any field they cannot
+/// have written (so a stray field is skipped, never misread).
+pub fn parse_index_field(field: &str) -> Option<(IndexFieldKind, MerchantId, String)> {
+    let kind = match field.as_bytes().first()? {
+        b't' => IndexFieldKind::Trip,
+        b'o' => IndexFieldKind::Override,
+        _ => return None,
+    };
+    let (len, rest) = field.get(1..)?.split_once(':')?;
+    if len.is_empty() || !len.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let len: usize = len.parse().ok()?;
+    let merchant = MerchantId::parse(rest.get(..len)?).ok()?;
+    let connector = rest.get(len..)?;
+    if connector.is_empty() {
+        return None;
+    }
+    // Canonical only (no leading zeros, an id as `parse` keeps it).
+    let back = match kind {
+        IndexFieldKind::Trip => index_trip_field(&merchant, connector),
+        IndexFieldKind::Override => index_override_field(&merchant, connector),
+    };
+    (back == field).then(|| (kind, merchant, connector.to_owned()))
+}
+
+/// Every key kind reads as the Redis key it is.
 macro_rules! key_as_str {
     ($($key:ident),*) => {$(
         impl $key {
@@ -76,7 +168,7 @@ macro_rules! key_as_str {
     )*};
 }
 
-key_as_str!(CustomerKey, AdmissionKey);
+key_as_str!(CustomerKey, AdmissionKey, BreakerCountsKey, BreakerOpenKey);
 
 /// The (merchant, customer) whose hash `key` is: `None` for any key that
 /// [`customer_key`] cannot have made (another prefix, an escape it never

@@ -6,6 +6,7 @@
 
 pub mod admission;
 pub mod attempts;
+pub mod breaker;
 pub mod combo;
 pub mod counts;
 pub mod habits;

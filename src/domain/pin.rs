@@ -13,6 +13,7 @@
 use std::cmp::Ordering;
 use std::collections::HashMap;
 
+use super::breaker::VetoReason;
 use super::combo::MethodPrefix;
 use super::ids::Connector;
 
@@ -91,29 +92,56 @@ impl Veto {
 }
 
 /// GetPin's answer: every qualifying candidate best first, the vetoed ones
-/// in the same order, and the pin, the best candidate not vetoed.
+/// in the same order (each once, whatever vetoed it), every veto with its
+/// reason in that order too, and the pin, the best candidate not vetoed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PinChoice {
     pub candidates: Vec<Candidate>,
     pub vetoed: Vec<Candidate>,
+    /// The vetoed candidates with why: the breaker's reason wins over the
+    /// score's when both veto one (contract v1.2 §3).
+    pub vetoes: Vec<(Candidate, VetoReason)>,
     pub pin: Option<Candidate>,
 }
 
-/// Ranks the candidates and applies the veto.
+/// Ranks the candidates and applies the score veto: v1.1's GetPin.
 pub fn choose_pin(fields: &[(String, i64)], query: &PinQuery) -> PinChoice {
+    choose_pin_with(fields, query, |_| None)
+}
+
+/// Ranks the candidates and applies both vetoes: `breaker` says, for one
+/// connector, whether its circuit breaker vetoes it (called once per
+/// candidate, in candidates order).
+pub fn choose_pin_with(
+    fields: &[(String, i64)],
+    query: &PinQuery,
+    mut breaker: impl FnMut(&str) -> Option<VetoReason>,
+) -> PinChoice {
     let candidates = rank_candidates(fields, query);
-    let vetoed: Vec<Candidate> = match &query.veto {
-        Some(veto) => candidates
-            .iter()
-            .filter(|c| veto.vetoes(&c.connector))
-            .cloned()
-            .collect(),
-        None => Vec::new(),
-    };
-    let pin = candidates.iter().find(|c| !vetoed.contains(c)).cloned();
+    let mut vetoed = Vec::new();
+    let mut vetoes = Vec::new();
+    let mut pin = None;
+    for candidate in &candidates {
+        let by_score = || {
+            query
+                .veto
+                .as_ref()
+                .is_some_and(|veto| veto.vetoes(&candidate.connector))
+                .then_some(VetoReason::Score)
+        };
+        match breaker(&candidate.connector).or_else(by_score) {
+            Some(reason) => {
+                vetoed.push(candidate.clone());
+                vetoes.push((candidate.clone(), reason));
+            }
+            None if pin.is_none() => pin = Some(candidate.clone()),
+            None => {}
+        }
+    }
     PinChoice {
         candidates,
         vetoed,
+        vetoes,
         pin,
     }
 }

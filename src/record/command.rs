@@ -14,6 +14,9 @@ pub struct RecordCommand {
     pub merchant: MerchantId,
     pub customer: CustomerId,
     pub combo: Combo,
+    /// The connector, also inside `combo`: the circuit breaker counts by
+    /// (merchant, connector). Kept from parsing, so it costs no copy.
+    pub connector: Connector,
     pub outcome: Outcome,
     /// The orchestrator's attempt id, when it sent one.
     pub attempt: Option<AttemptId>,
@@ -56,6 +59,7 @@ impl RecordCommand {
             merchant,
             customer,
             combo,
+            connector,
             outcome,
             attempt,
         })

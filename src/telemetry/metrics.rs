@@ -14,13 +14,14 @@
 use std::time::Duration;
 
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Counter, Histogram, MeterProvider};
+use opentelemetry::metrics::{Counter, Gauge, Histogram, MeterProvider};
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use prometheus::{Encoder, TextEncoder};
 use tokio::net::TcpListener;
 
 use super::outcomes::{PinOutcome, WriteOutcome};
 use crate::domain::admission::AdmissionRefusal;
+use crate::domain::breaker::VetoReason;
 use crate::domain::memory_guard::GuardReading;
 use crate::domain::priority::Class;
 
@@ -44,6 +45,10 @@ pub const EXPORTED_METRICS: &[&str] = &[
     "sticky_routing_redis_errors_total",
     "sticky_routing_redis_up",
     "sticky_routing_noscript_fallbacks_total",
+    "sticky_routing_breaker_vetoes_total",
+    "sticky_routing_breaker_transitions_total",
+    "sticky_routing_breakers_open",
+    "sticky_routing_breaker_io_failures_total",
     "process_cpu_seconds_total",
     "process_resident_memory_bytes",
     "process_virtual_memory_bytes",
@@ -132,6 +137,23 @@ pub fn admission_refusal_label(why: AdmissionRefusal) -> &'static str {
     }
 }
 
+/// Every [`VetoReason`], each at the index [`veto_index`] gives it.
+pub const VETO_REASONS: [VetoReason; 4] = [
+    VetoReason::Score,
+    VetoReason::CircuitOpen,
+    VetoReason::CircuitHalfOpen,
+    VetoReason::ForcedOpen,
+];
+
+fn veto_index(reason: VetoReason) -> usize {
+    match reason {
+        VetoReason::Score => 0,
+        VetoReason::CircuitOpen => 1,
+        VetoReason::CircuitHalfOpen => 2,
+        VetoReason::ForcedOpen => 3,
+    }
+}
+
 /// Why a StickyRouting call was answered before any handler ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
@@ -171,6 +193,13 @@ pub struct Metrics {
     redis_errors: Counter<u64>,
     noscript_fallbacks: Counter<u64>,
     admission_refusals: Counter<u64>,
+    breaker_vetoes: Counter<u64>,
+    /// `reason` labels, one per [`VetoReason`] at [`veto_index`]: built
+    /// once, since a GetPin may record several.
+    veto_labels: [KeyValue; VETO_REASONS.len()],
+    breaker_transitions: Counter<u64>,
+    breakers_open: Gauge<u64>,
+    breaker_io_failures: Counter<u64>,
 }
 
 impl Metrics {
@@ -262,6 +291,37 @@ impl Metrics {
                      node that would hold the customer)",
                 )
                 .build(),
+            breaker_vetoes: meter
+                .u64_counter("sticky_routing_breaker_vetoes")
+                .with_description(
+                    "GetPin candidates vetoed, by reason: score (the caller's live score), \
+                     circuit_open, circuit_half_open (not this GetPin's probe), forced_open \
+                     (an operator's override)",
+                )
+                .build(),
+            veto_labels: VETO_REASONS
+                .map(|reason| KeyValue::new("reason", reason.label())),
+            breaker_transitions: meter
+                .u64_counter("sticky_routing_breaker_transitions")
+                .with_description(
+                    "Circuit breaker transitions this instance saw, by from and to state: \
+                     closed, open, half_open (several instances may each count one)",
+                )
+                .build(),
+            breakers_open: meter
+                .u64_gauge("sticky_routing_breakers_open")
+                .with_description(
+                    "(merchant, connector) circuit breakers open or half-open now, as this \
+                     instance last read them",
+                )
+                .build(),
+            breaker_io_failures: meter
+                .u64_counter("sticky_routing_breaker_io_failures")
+                .with_description(
+                    "Circuit breaker reads or writes of Redis that failed, by operation; the \
+                     breaker fails open, and no call fails because of it",
+                )
+                .build(),
             registry,
             provider,
         })
@@ -328,6 +388,31 @@ impl Metrics {
     pub fn admission_refused(&self, why: AdmissionRefusal) {
         self.admission_refusals
             .add(1, &[KeyValue::new("reason", admission_refusal_label(why))]);
+    }
+
+    /// One GetPin candidate vetoed, and why. No allocation: the label is
+    /// built once, in [`Self::new`].
+    pub fn breaker_veto(&self, reason: VetoReason) {
+        let label = &self.veto_labels[veto_index(reason)];
+        self.breaker_vetoes.add(1, std::slice::from_ref(label));
+    }
+
+    /// A circuit breaker moved from one state to another (`closed`,
+    /// `open`, `half_open`).
+    pub fn breaker_transition(&self, from: &'static str, to: &'static str) {
+        self.breaker_transitions
+            .add(1, &[KeyValue::new("from", from), KeyValue::new("to", to)]);
+    }
+
+    /// The breakers open or half-open now, as the engine last read them.
+    pub fn set_breakers_open(&self, open: u64) {
+        self.breakers_open.record(open, &[]);
+    }
+
+    /// A circuit breaker read or write of Redis that failed; `op` names
+    /// it from the engine's fixed set.
+    pub fn breaker_io_failure(&self, op: &'static str) {
+        self.breaker_io_failures.add(1, &[KeyValue::new("op", op)]);
     }
 
     /// Shows each Redis node (each primary, on Cluster) on `/metrics`:
@@ -600,6 +685,10 @@ mod tests {
         metrics.redis_error("no_connection");
         metrics.noscript_fallback(RedisCommand::Admit);
         metrics.admission_refused(AdmissionRefusal::Budget);
+        metrics.breaker_veto(VetoReason::CircuitOpen);
+        metrics.breaker_transition("closed", "open");
+        metrics.set_breakers_open(0);
+        metrics.breaker_io_failure("flush");
         metrics.watch_redis_nodes(|| {
             vec![GuardReading {
                 node: "10.0.0.1:6379".into(),
@@ -664,6 +753,34 @@ mod tests {
             "sticky_routing_admission_refusals_total{reason=\"budget\"} 1",
         ] {
             assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+    }
+
+    #[test]
+    fn breaker_instruments_render_with_their_labels() {
+        let metrics = Metrics::new().unwrap();
+        for reason in VETO_REASONS {
+            metrics.breaker_veto(reason);
+        }
+        metrics.breaker_veto(VetoReason::CircuitHalfOpen);
+        metrics.breaker_transition("open", "half_open");
+        metrics.set_breakers_open(3);
+        metrics.set_breakers_open(2);
+        metrics.breaker_io_failure("poll");
+        let text = metrics.render();
+        for line in [
+            "sticky_routing_breaker_vetoes_total{reason=\"score\"} 1",
+            "sticky_routing_breaker_vetoes_total{reason=\"circuit_open\"} 1",
+            "sticky_routing_breaker_vetoes_total{reason=\"circuit_half_open\"} 2",
+            "sticky_routing_breaker_vetoes_total{reason=\"forced_open\"} 1",
+            "sticky_routing_breaker_transitions_total{from=\"open\",to=\"half_open\"} 1",
+            "sticky_routing_breakers_open 2",
+            "sticky_routing_breaker_io_failures_total{op=\"poll\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+        for (index, reason) in VETO_REASONS.into_iter().enumerate() {
+            assert_eq!(veto_index(reason), index, "{reason:?}");
         }
     }
 

@@ -21,8 +21,8 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 pub use failures::{FailureLog, SUMMARY_INTERVAL, Verdict, summarise};
 pub use ids::CallIds;
 pub use metrics::{
-    EXPORTED_METRICS, Metrics, RedisCommand, Refusal, admission_refusal_label, canonical_name,
-    serve_metrics,
+    EXPORTED_METRICS, Metrics, RedisCommand, Refusal, VETO_REASONS, admission_refusal_label,
+    canonical_name, serve_metrics,
 };
 pub use outcomes::{CallFailure, PinOutcome, WriteOutcome};
 pub use settings::{

@@ -224,6 +224,8 @@ fn full_name(rpc: &'static str) -> &'static str {
         "GetPin" => "sticky_routing.v1.StickyRouting/GetPin",
         "GetHabits" => "sticky_routing.v1.StickyRouting/GetHabits",
         "ForgetCustomer" => "sticky_routing.v1.StickyRouting/ForgetCustomer",
+        "GetConnectorHealth" => "sticky_routing.v1.StickyRouting/GetConnectorHealth",
+        "SetConnectorOverride" => "sticky_routing.v1.StickyRouting/SetConnectorOverride",
         other => other,
     }
 }
@@ -301,7 +303,14 @@ mod tests {
 
     #[test]
     fn every_rpc_has_its_full_name() {
-        for rpc in ["RecordOutcome", "GetPin", "GetHabits", "ForgetCustomer"] {
+        for rpc in [
+            "RecordOutcome",
+            "GetPin",
+            "GetHabits",
+            "ForgetCustomer",
+            "GetConnectorHealth",
+            "SetConnectorOverride",
+        ] {
             assert_eq!(full_name(rpc), format!("{SERVICE}/{rpc}"));
         }
     }

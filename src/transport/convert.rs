@@ -3,9 +3,12 @@
 //! one is reported by name.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use super::pb;
+use crate::breaker::ConnectorHealthRow;
 use crate::domain::InvalidInput;
+use crate::domain::breaker::{BreakerState, Override, OverrideUntil, VetoReason};
 use crate::domain::combo::MethodPrefix;
 use crate::domain::counts::{Outcome, Recorded};
 use crate::domain::habits::Habit;
@@ -17,6 +20,8 @@ use crate::record::{RawOutcome, RecordCommand};
 pub const MAX_ELIGIBLE_CONNECTORS: usize = 64;
 /// The most live scores a GetPin may send.
 pub const MAX_CONNECTOR_SCORES: usize = 64;
+/// The longest override SetConnectorOverride takes: a week, in seconds.
+pub const MAX_OVERRIDE_TTL_SECONDS: u32 = 604_800;
 
 pub fn record_command(req: &pb::RecordOutcomeRequest) -> Result<RecordCommand, InvalidInput> {
     let raw = RawOutcome {
@@ -145,13 +150,109 @@ pub fn pin_response(choice: PinChoice) -> pb::GetPinResponse {
         Some(pin) => (true, pin.connector, pin.net_count),
         None => (false, String::new(), 0),
     };
+    let vetoes = choice
+        .vetoes
+        .into_iter()
+        .map(|(c, reason)| pb::Veto {
+            connector: c.connector,
+            net_count: c.net_count,
+            reason: veto_reason(reason).into(),
+        })
+        .collect();
     pb::GetPinResponse {
         pinned,
         connector,
         net_count,
         candidates: connector_counts(choice.candidates),
         vetoed: connector_counts(choice.vetoed),
+        vetoes,
     }
+}
+
+fn veto_reason(reason: VetoReason) -> pb::VetoReason {
+    match reason {
+        VetoReason::Score => pb::VetoReason::Score,
+        VetoReason::CircuitOpen => pb::VetoReason::CircuitOpen,
+        VetoReason::CircuitHalfOpen => pb::VetoReason::CircuitHalfOpen,
+        VetoReason::ForcedOpen => pb::VetoReason::ForcedOpen,
+    }
+}
+
+/// GetConnectorHealth's merchant.
+pub fn connector_health_request(
+    req: &pb::GetConnectorHealthRequest,
+) -> Result<MerchantId, InvalidInput> {
+    MerchantId::parse(&req.merchant_id)
+}
+
+/// SetConnectorOverride's merchant, connector and override with its
+/// lifetime; `None` clears the override (`BREAKER_OVERRIDE_NONE`, whose
+/// `ttl_seconds` is ignored).
+pub fn connector_override(
+    req: &pb::SetConnectorOverrideRequest,
+) -> Result<(MerchantId, Connector, Option<(Override, Duration)>), InvalidInput> {
+    let merchant = MerchantId::parse(&req.merchant_id)?;
+    let connector = Connector::parse(&req.connector)?;
+    let kind = match pb::BreakerOverride::try_from(req.r#override) {
+        Ok(pb::BreakerOverride::None) => return Ok((merchant, connector, None)),
+        Ok(pb::BreakerOverride::ForceOpen) => Override::ForceOpen,
+        Ok(pb::BreakerOverride::ForceClosed) => Override::ForceClosed,
+        Err(_) => {
+            return Err(InvalidInput::new(
+                "override",
+                format!(
+                    "unknown value {}; must be BREAKER_OVERRIDE_NONE, BREAKER_OVERRIDE_FORCE_OPEN \
+                     or BREAKER_OVERRIDE_FORCE_CLOSED",
+                    req.r#override
+                ),
+            ));
+        }
+    };
+    let ttl = req.ttl_seconds;
+    if !(1..=MAX_OVERRIDE_TTL_SECONDS).contains(&ttl) {
+        return Err(InvalidInput::new(
+            "ttl_seconds",
+            format!("is {ttl}; an override lasts 1 to {MAX_OVERRIDE_TTL_SECONDS} seconds (7 days)"),
+        ));
+    }
+    let over = (kind, Duration::from_secs(u64::from(ttl)));
+    Ok((merchant, connector, Some(over)))
+}
+
+/// GetConnectorHealth's answer, in the rows' order (bytewise by
+/// connector, as storage reads them). Times are Unix milliseconds;
+/// `open_until_unix_ms` is 0 unless the breaker is OPEN.
+pub fn connector_health_response(rows: Vec<ConnectorHealthRow>) -> pb::GetConnectorHealthResponse {
+    let connectors = rows
+        .into_iter()
+        .map(|row| {
+            let (state, open_until_unix_ms) = match row.state {
+                BreakerState::Closed => (pb::BreakerState::Closed, 0),
+                BreakerState::Open { until_ms } => (pb::BreakerState::Open, until_ms),
+                BreakerState::HalfOpen { .. } => (pb::BreakerState::HalfOpen, 0),
+            };
+            let (over, override_until_unix_ms) = match row.over {
+                None => (pb::BreakerOverride::None, 0),
+                Some(OverrideUntil { kind, until_ms }) => (
+                    match kind {
+                        Override::ForceOpen => pb::BreakerOverride::ForceOpen,
+                        Override::ForceClosed => pb::BreakerOverride::ForceClosed,
+                    },
+                    until_ms,
+                ),
+            };
+            pb::ConnectorHealth {
+                connector: row.connector,
+                state: state.into(),
+                calls: row.counts.calls,
+                failures: row.counts.failures,
+                open_until_unix_ms,
+                r#override: over.into(),
+                override_until_unix_ms,
+            }
+        })
+        .collect();
+    pb::GetConnectorHealthResponse { connectors }
 }
 
 fn connector_counts(candidates: Vec<Candidate>) -> Vec<pb::ConnectorCount> {
@@ -426,5 +527,190 @@ mod tests {
         assert_eq!(pin_error(&req), "connector_scores");
         req.connector_scores = (0..64).map(|i| (i.to_string(), 1.0)).collect();
         assert!(pin_query(&req, 1, ScoreRatio::DEFAULT).is_ok());
+    }
+
+    fn override_request() -> pb::SetConnectorOverrideRequest {
+        pb::SetConnectorOverrideRequest {
+            merchant_id: "m1".into(),
+            connector: "GIGADAT".into(),
+            r#override: pb::BreakerOverride::ForceOpen.into(),
+            ttl_seconds: 60,
+        }
+    }
+
+    #[test]
+    fn set_connector_override_names_its_lowest_numbered_bad_field() {
+        let fields: [(&str, Spoil<pb::SetConnectorOverrideRequest>); 4] = [
+            ("merchant_id", |r, v| r.merchant_id = BAD_TEXT[v].into()),
+            ("connector", |r, v| {
+                r.connector = ["", "c\u{200B}"][v].into()
+            }),
+            ("override", |r, v| r.r#override = [3, -1][v]),
+            ("ttl_seconds", |r, v| r.ttl_seconds = [0, 604_801][v]),
+        ];
+        assert_lowest_bad_field_named("SetConnectorOverride", &override_request(), &fields, |r| {
+            connector_override(r).map(drop)
+        });
+    }
+
+    #[test]
+    fn an_override_lasts_a_second_to_a_week_and_none_ignores_its_ttl() {
+        let with = |kind: pb::BreakerOverride, ttl_seconds| {
+            connector_override(&pb::SetConnectorOverrideRequest {
+                r#override: kind.into(),
+                ttl_seconds,
+                ..override_request()
+            })
+        };
+        let (_, connector, over) = with(pb::BreakerOverride::ForceOpen, 1).unwrap();
+        assert_eq!(connector.as_str(), "GIGADAT");
+        assert_eq!(over, Some((Override::ForceOpen, Duration::from_secs(1))));
+        let (_, _, over) = with(pb::BreakerOverride::ForceClosed, 604_800).unwrap();
+        assert_eq!(
+            over,
+            Some((Override::ForceClosed, Duration::from_secs(604_800)))
+        );
+        for ttl in [0, 1, 604_801, u32::MAX] {
+            assert_eq!(with(pb::BreakerOverride::None, ttl).unwrap().2, None);
+        }
+        let err = with(pb::BreakerOverride::ForceClosed, 604_801).unwrap_err();
+        assert_eq!(err.field, "ttl_seconds");
+        assert!(err.reason.contains("604801"), "{err}");
+    }
+
+    #[test]
+    fn connector_health_names_a_bad_merchant() {
+        for bad in BAD_TEXT {
+            let req = pb::GetConnectorHealthRequest {
+                merchant_id: bad.into(),
+            };
+            assert_eq!(
+                connector_health_request(&req).unwrap_err().field,
+                "merchant_id"
+            );
+        }
+        let req = pb::GetConnectorHealthRequest {
+            merchant_id: " m1 ".into(),
+        };
+        assert_eq!(connector_health_request(&req).unwrap().as_str(), "m1");
+    }
+
+    /// Only an OPEN breaker has an end, and only an override its own.
+    #[test]
+    fn connector_health_shows_times_only_where_they_apply() {
+        use crate::domain::breaker::Counts;
+        let row = |connector: &str, state, over| ConnectorHealthRow {
+            connector: connector.into(),
+            state,
+            counts: Counts {
+                calls: 20,
+                failures: 10,
+            },
+            open_until_ms: 1_700_000_030_000,
+            over,
+        };
+        let response = connector_health_response(vec![
+            row(
+                "A",
+                BreakerState::Open {
+                    until_ms: 1_700_000_030_000,
+                },
+                Some(OverrideUntil {
+                    kind: Override::ForceClosed,
+                    until_ms: 1_700_000_060_000,
+                }),
+            ),
+            row(
+                "B",
+                BreakerState::HalfOpen {
+                    since_ms: 1_700_000_030_000,
+                },
+                None,
+            ),
+            row("C", BreakerState::Closed, None),
+        ]);
+        let shown: Vec<_> = response
+            .connectors
+            .iter()
+            .map(|c| {
+                (
+                    c.connector.as_str(),
+                    c.state(),
+                    c.calls,
+                    c.failures,
+                    c.open_until_unix_ms,
+                    c.r#override(),
+                    c.override_until_unix_ms,
+                )
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                (
+                    "A",
+                    pb::BreakerState::Open,
+                    20,
+                    10,
+                    1_700_000_030_000,
+                    pb::BreakerOverride::ForceClosed,
+                    1_700_000_060_000
+                ),
+                (
+                    "B",
+                    pb::BreakerState::HalfOpen,
+                    20,
+                    10,
+                    0,
+                    pb::BreakerOverride::None,
+                    0
+                ),
+                (
+                    "C",
+                    pb::BreakerState::Closed,
+                    20,
+                    10,
+                    0,
+                    pb::BreakerOverride::None,
+                    0
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn vetoes_keep_the_candidates_order_and_their_reasons() {
+        let candidate = |connector: &str, net_count| Candidate {
+            connector: connector.into(),
+            net_count,
+        };
+        let response = pin_response(PinChoice {
+            candidates: vec![candidate("A", 5), candidate("B", 4), candidate("C", 3)],
+            vetoed: vec![candidate("A", 5), candidate("C", 3)],
+            vetoes: vec![
+                (candidate("A", 5), VetoReason::CircuitHalfOpen),
+                (candidate("C", 3), VetoReason::Score),
+            ],
+            pin: Some(candidate("B", 4)),
+        });
+        let vetoes: Vec<_> = response
+            .vetoes
+            .iter()
+            .map(|v| (v.connector.as_str(), v.net_count, v.reason()))
+            .collect();
+        assert_eq!(
+            vetoes,
+            [
+                ("A", 5, pb::VetoReason::CircuitHalfOpen),
+                ("C", 3, pb::VetoReason::Score)
+            ]
+        );
+        assert_eq!(response.connector, "B");
+        for reason in [VetoReason::CircuitOpen, VetoReason::ForcedOpen] {
+            assert_eq!(
+                veto_reason(reason).as_str_name(),
+                format!("VETO_REASON_{}", reason.label().to_uppercase())
+            );
+        }
     }
 }

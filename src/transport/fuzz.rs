@@ -132,6 +132,8 @@ const FIELDS: &[&str] = &[
     "eligible_connectors",
     "connector_scores",
     "min_score_ratio",
+    "override",
+    "ttl_seconds",
     "request",
 ];
 
@@ -159,6 +161,8 @@ fn validated(request: &Request, min_pin_count: i64) -> Result<(), String> {
         Request::Pin(r) => convert::pin_query(r, min_pin_count, ScoreRatio::DEFAULT).map(drop),
         Request::Habits(r) => convert::customer_ref(&r.merchant_id, &r.customer_id).map(drop),
         Request::Forget(r) => convert::customer_ref(&r.merchant_id, &r.customer_id).map(drop),
+        Request::Health(r) => convert::connector_health_request(r).map(drop),
+        Request::Override(r) => convert::connector_override(r).map(drop),
     };
     result.map_err(|invalid| invalid.field)
 }
@@ -168,6 +172,18 @@ fn check(case: &Case, answer: &Answer) -> Result<(), String> {
     let (code, message) = (answer.status.code(), answer.status.message());
     if code == Code::Internal {
         return Err(format!("INTERNAL: {message}"));
+    }
+    // A server without the breaker answers its admin RPCs before reading them.
+    let breaker_off =
+        case.answer.breaker_off && matches!(case.target, Target::Rpc(rpc) if rpc.needs_breaker());
+    if breaker_off && case.clean.is_some() {
+        return match code == Code::FailedPrecondition && message.contains("STICKY_ROUTING_BREAKER")
+        {
+            true => Ok(()),
+            false => Err(format!(
+                "expected FAILED_PRECONDITION, got {code:?}: {message}"
+            )),
+        };
     }
     if let Some(request) = &case.clean {
         let expected = validated(request, case.answer.min_pin_count);
@@ -186,6 +202,7 @@ fn check(case: &Case, answer: &Answer) -> Result<(), String> {
         Code::Ok => return check_frame(case, answer.frame.as_deref()),
         Code::InvalidArgument => named_field(message).is_some(),
         Code::OutOfRange => case.declares_over_limit(),
+        Code::FailedPrecondition => breaker_off,
         Code::Unimplemented => matches!(case.target, Target::Unknown(_)) || case.encoding.is_some(),
         other => case.answer.failure.map(failure_code) == Some(other),
     };
@@ -218,6 +235,30 @@ fn check_frame(case: &Case, frame: Option<&[u8]>) -> Result<(), String> {
             }
         }
         Rpc::ForgetCustomer => drop(pb::ForgetCustomerResponse::decode(message).map_err(wrong)?),
+        Rpc::SetConnectorOverride => {
+            pb::SetConnectorOverrideResponse::decode(message).map_err(wrong)?;
+        }
+        Rpc::GetConnectorHealth => {
+            let health = pb::GetConnectorHealthResponse::decode(message).map_err(wrong)?;
+            let names: Vec<&[u8]> = health
+                .connectors
+                .iter()
+                .map(|c| c.connector.as_bytes())
+                .collect();
+            let sound = names.is_sorted_by(|a, b| a < b)
+                && health.connectors.iter().all(|c| {
+                    let open = c.state() == pb::BreakerState::Open;
+                    let overridden = c.r#override() != pb::BreakerOverride::None;
+                    c.state() != pb::BreakerState::Unspecified
+                        && (open || c.open_until_unix_ms == 0)
+                        && (overridden || c.override_until_unix_ms == 0)
+                });
+            if !sound {
+                return Err(format!(
+                    "connector health that breaks the rules: {health:?}"
+                ));
+            }
+        }
         Rpc::GetPin => {
             let pin = pb::GetPinResponse::decode(message).map_err(wrong)?;
             let counts: Vec<i64> = pin.candidates.iter().map(|c| c.net_count).collect();
@@ -229,7 +270,13 @@ fn check_frame(case: &Case, frame: Option<&[u8]>) -> Result<(), String> {
                 && pin.vetoed.iter().all(|v| pin.candidates.contains(v))
                 && pin.pinned == pin.candidates.contains(&pinned)
                 && !pin.vetoed.contains(&pinned)
-                && counts.iter().all(|c| *c >= case.answer.min_pin_count);
+                && counts.iter().all(|c| *c >= case.answer.min_pin_count)
+                && pin.vetoes.len() == pin.vetoed.len()
+                && pin.vetoes.iter().zip(&pin.vetoed).all(|(veto, vetoed)| {
+                    veto.connector == vetoed.connector
+                        && veto.net_count == vetoed.net_count
+                        && veto.reason() != pb::VetoReason::Unspecified
+                });
             if !sound {
                 return Err(format!("a pin that breaks the rules: {pin:?}"));
             }

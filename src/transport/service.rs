@@ -1,7 +1,8 @@
 //! The `sticky_routing.v1.StickyRouting` handlers. Each one validates its
-//! request into domain values, runs one operation (the record flow, or one
-//! store read), and records metrics; the rules themselves live in `domain`,
-//! and the record flow in `crate::record`.
+//! request into domain values, runs one operation (the record flow, one
+//! store read, or a call to the circuit breaker engine), and records
+//! metrics; the rules themselves live in `domain`, the record flow in
+//! `crate::record`, and the breakers in `crate::breaker`.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -16,12 +17,13 @@ use super::deadline::deadline_of;
 use super::pb;
 use super::pb::sticky_routing_server::StickyRouting;
 use super::status::ApiError;
+use crate::breaker::Breakers;
 use crate::domain::Rules;
-use crate::domain::counts::Recorded;
+use crate::domain::counts::{Outcome, Recorded};
 use crate::domain::habits::ordered_habits;
-use crate::domain::pin::choose_pin;
+use crate::domain::pin::{choose_pin, choose_pin_with};
 use crate::pki::{AdminClients, ClientIdentity};
-use crate::record::record_outcome;
+use crate::record::{RecordCommand, record_outcome};
 use crate::storage::{RedisStore, StorageError};
 use crate::telemetry::{
     CallFailure, CallIds, FailureLog, Metrics, PinOutcome, Verdict, WriteOutcome,
@@ -37,8 +39,12 @@ pub struct StickyRoutingService {
     rules: Arc<Rules>,
     /// The longest a call may take when the caller sets no shorter deadline.
     call_ceiling: Duration,
-    /// Who may call GetHabits and ForgetCustomer.
+    /// Who may call the admin RPCs.
     admin: AdminClients,
+    /// The connector circuit breakers; `None` when
+    /// `STICKY_ROUTING_BREAKER=off`: GetPin as in v1.1, nothing counted,
+    /// and the breaker's admin RPCs answer `FAILED_PRECONDITION`.
+    breakers: Option<Arc<Breakers>>,
 }
 
 impl StickyRoutingService {
@@ -49,6 +55,7 @@ impl StickyRoutingService {
         rules: Arc<Rules>,
         call_ceiling: Duration,
         admin: AdminClients,
+        breakers: Option<Arc<Breakers>>,
     ) -> Self {
         Self {
             store,
@@ -57,7 +64,23 @@ impl StickyRoutingService {
             rules,
             call_ceiling,
             admin,
+            breakers,
         }
+    }
+
+    /// Counts an answered RecordOutcome for its (merchant, connector)
+    /// breaker, when [`breaker_count`] says it counts.
+    fn count_for_breaker(&self, cmd: &RecordCommand, recorded: &Recorded) {
+        if let Some(breakers) = &self.breakers
+            && let Some(failed) = breaker_count(cmd, recorded)
+        {
+            breakers.count(&cmd.merchant, &cmd.connector, failed);
+        }
+    }
+
+    /// The breakers, or the answer of a breaker admin RPC while they are off.
+    fn breakers_for(&self, rpc: &'static str) -> Result<&Breakers, ApiError> {
+        self.breakers.as_deref().ok_or(ApiError::BreakerOff(rpc))
     }
 
     /// Whether the caller of `request` may call an admin RPC: its TLS
@@ -136,12 +159,37 @@ impl StickyRoutingService {
     }
 }
 
+/// Whether an answered RecordOutcome counts for its breaker, and as a
+/// failure (`Some(true)`: a gateway failure) or a success, whatever the
+/// record flow answered: no habit and not admitted count too, since the
+/// connector answered the payment all the same.
+///
+/// A duplicate does not count, nor does a call that failed (it never gets
+/// here): a call answered "nothing applied" must change nothing, or a
+/// retry (which `UNAVAILABLE` and a duplicate's answer invite) would count
+/// one payment twice, and retries alone could open a breaker. After
+/// `UNKNOWN` or `DEADLINE_EXCEEDED` the caller retries with the same
+/// `attempt_id`; if the first call had been applied, the retry is a
+/// duplicate and that payment goes uncounted: a breaker may count one call
+/// too few, never one too many.
+fn breaker_count(cmd: &RecordCommand, recorded: &Recorded) -> Option<bool> {
+    match recorded {
+        Recorded::Duplicate { .. } => None,
+        Recorded::Applied { .. } | Recorded::IgnoredNoHabit | Recorded::NotAdmitted(_) => {
+            Some(cmd.outcome == Outcome::GatewayFailure)
+        }
+    }
+}
+
 /// How a failed call is counted.
 fn failure(error: &ApiError) -> CallFailure {
     match error {
         ApiError::Invalid(_) => CallFailure::Invalid,
         ApiError::Storage(_) => CallFailure::Error,
         ApiError::NotAdmin(_) => CallFailure::Denied,
+        // Only the breaker's admin RPCs answer it, and they count no pin
+        // or write; the caller asked for what this server does not run.
+        ApiError::BreakerOff(_) => CallFailure::Invalid,
     }
 }
 
@@ -161,7 +209,10 @@ impl StickyRouting for StickyRoutingService {
                 // counts the copy).
                 // A refusal is not logged: it is routine (a spent budget),
                 // and the metric and the span say which it was.
-                Ok(Box::pin(record_outcome(&self.store, &self.rules, &cmd, deadline)).await?)
+                let recorded =
+                    Box::pin(record_outcome(&self.store, &self.rules, &cmd, deadline)).await?;
+                self.count_for_breaker(&cmd, &recorded);
+                Ok(recorded)
             }
             .await;
             let outcome = match &result {
@@ -197,9 +248,22 @@ impl StickyRouting for StickyRoutingService {
                 // Boxed, as in record_outcome: see there.
                 let fields =
                     Box::pin(self.store.read_combos(&merchant, &customer, deadline)).await?;
-                Ok(choose_pin(&fields, &query))
+                // The breakers' states are in memory (the engine keeps them
+                // in step with Redis in the background): GetPin stays one
+                // Redis round trip.
+                Ok(match &self.breakers {
+                    Some(breakers) => {
+                        choose_pin_with(&fields, &query, breakers.veto_for(&merchant))
+                    }
+                    None => choose_pin(&fields, &query),
+                })
             }
             .await;
+            if let Ok(choice) = &result {
+                for (_, reason) in &choice.vetoes {
+                    self.metrics.breaker_veto(*reason);
+                }
+            }
             let outcome = match &result {
                 Ok(choice) if choice.pin.is_some() => PinOutcome::Pinned,
                 Ok(choice) if choice.candidates.is_empty() => PinOutcome::NoHabit,
@@ -264,5 +328,113 @@ impl StickyRouting for StickyRoutingService {
             },
         )
         .await
+    }
+
+    async fn get_connector_health(
+        &self,
+        request: Request<pb::GetConnectorHealthRequest>,
+    ) -> Result<Response<pb::GetConnectorHealthResponse>, Status> {
+        const RPC: &str = "GetConnectorHealth";
+        let permitted = self.admin_permitted(&request);
+        self.handle(RPC, request, |req, deadline, span| async move {
+            if !permitted {
+                return Err(ApiError::NotAdmin(RPC));
+            }
+            let breakers = self.breakers_for(RPC)?;
+            let merchant = convert::connector_health_request(&req)?;
+            traces::record_merchant(&span, merchant.as_str());
+            let rows = breakers.health(&merchant, deadline).await?;
+            Ok(convert::connector_health_response(rows))
+        })
+        .await
+    }
+
+    async fn set_connector_override(
+        &self,
+        request: Request<pb::SetConnectorOverrideRequest>,
+    ) -> Result<Response<pb::SetConnectorOverrideResponse>, Status> {
+        const RPC: &str = "SetConnectorOverride";
+        let permitted = self.admin_permitted(&request);
+        // For the line it logs; an admin call is rare enough to copy them.
+        let metadata = request.metadata().clone();
+        self.handle(RPC, request, |req, deadline, span| async move {
+            if !permitted {
+                return Err(ApiError::NotAdmin(RPC));
+            }
+            let breakers = self.breakers_for(RPC)?;
+            let (merchant, connector, over) = convert::connector_override(&req)?;
+            traces::record_merchant(&span, merchant.as_str());
+            breakers
+                .set_override(&merchant, &connector, over, deadline)
+                .await?;
+            // An operator steering routing: worth a line, with who asked.
+            let ids = CallIds::of(&span, &metadata);
+            tracing::info!(
+                merchant = merchant.as_str(),
+                connector = connector.as_str(),
+                kind = over.map_or("none", |(kind, _)| kind.label()),
+                ttl_seconds = over.map_or(0, |(_, ttl)| ttl.as_secs()),
+                trace_id = ids.trace_id.as_deref(),
+                request_id = ids.request_id.as_deref(),
+                tenant_id = ids.tenant_id.as_deref(),
+                "connector override set"
+            );
+            Ok(pb::SetConnectorOverrideResponse {})
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::admission::AdmissionRefusal;
+
+    fn command(outcome: pb::Outcome) -> RecordCommand {
+        convert::record_command(&pb::RecordOutcomeRequest {
+            merchant_id: "m1".into(),
+            customer_id: "c1".into(),
+            payment_method: "interac".into(),
+            payment_method_type: "rtp".into(),
+            connector: "GIGADAT".into(),
+            outcome: outcome.into(),
+            attempt_id: "pay_1".into(),
+        })
+        .unwrap()
+    }
+
+    /// Every answer but a duplicate counts, as a failure exactly when the
+    /// outcome was a gateway failure.
+    #[test]
+    fn every_answered_outcome_but_a_duplicate_counts_for_the_breaker() {
+        let counted = [
+            Recorded::Applied {
+                net_count: 1,
+                pruned: 0,
+            },
+            Recorded::IgnoredNoHabit,
+            Recorded::NotAdmitted(AdmissionRefusal::Budget),
+            Recorded::NotAdmitted(AdmissionRefusal::MemoryGuard),
+        ];
+        let (success, failure) = (
+            command(pb::Outcome::Success),
+            command(pb::Outcome::GatewayFailure),
+        );
+        assert_eq!(success.connector.as_str(), "GIGADAT");
+        for recorded in counted {
+            assert_eq!(
+                breaker_count(&success, &recorded),
+                Some(false),
+                "{recorded:?}"
+            );
+            assert_eq!(
+                breaker_count(&failure, &recorded),
+                Some(true),
+                "{recorded:?}"
+            );
+        }
+        let duplicate = Recorded::Duplicate { net_count: 3 };
+        assert_eq!(breaker_count(&success, &duplicate), None);
+        assert_eq!(breaker_count(&failure, &duplicate), None);
     }
 }

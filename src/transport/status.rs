@@ -22,6 +22,12 @@ pub enum ApiError {
     /// not name; the RPC's name.
     #[error("{0} is limited to the client identities in STICKY_ROUTING_ADMIN_CLIENTS")]
     NotAdmin(&'static str),
+    /// A circuit breaker admin RPC while `STICKY_ROUTING_BREAKER=off`:
+    /// there is no breaker to show or steer; the RPC's name.
+    #[error(
+        "{0} needs the connector circuit breaker, which STICKY_ROUTING_BREAKER=off turns off on this server"
+    )]
+    BreakerOff(&'static str),
 }
 
 impl From<ApiError> for Status {
@@ -32,6 +38,7 @@ impl From<ApiError> for Status {
             not_admin @ ApiError::NotAdmin(_) => Status::permission_denied(format!(
                 "{not_admin}; this client's certificate names none of them"
             )),
+            off @ ApiError::BreakerOff(_) => Status::failed_precondition(off.to_string()),
         }
     }
 }
@@ -131,6 +138,10 @@ mod tests {
         for (error, code) in cases {
             assert_eq!(Status::from(ApiError::from(error)).code(), code);
         }
+        let off = Status::from(ApiError::BreakerOff("GetConnectorHealth"));
+        assert_eq!(off.code(), Code::FailedPrecondition);
+        assert!(off.message().starts_with("GetConnectorHealth "), "{off:?}");
+        assert!(off.message().contains("STICKY_ROUTING_BREAKER"), "{off:?}");
     }
 
     #[test]

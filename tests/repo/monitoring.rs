@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 use sticky_routing::telemetry::{
-    EXPORTED_METRICS, PinOutcome, VETO_REASONS, WriteOutcome, canonical_name, veto_reason_label,
+    EXPORTED_METRICS, PinOutcome, VETO_REASONS, WriteOutcome, canonical_name,
 };
 
 use crate::deploy_files::{deploy_setting, repo_file as read, repo_yaml as yaml};
@@ -115,7 +115,7 @@ fn values_of(family: &str, label: &str) -> Option<Vec<&'static str>> {
         ("sticky_routing_admission_refusals_total", "reason") => vec!["budget", "memory_guard"],
         ("sticky_routing_breaker_transitions_total", "from" | "to") => BREAKER_STATES.to_vec(),
         ("sticky_routing_breaker_vetoes_total", "reason") => {
-            VETO_REASONS.map(veto_reason_label).to_vec()
+            VETO_REASONS.map(|r| r.label()).to_vec()
         }
         ("sticky_routing_breaker_io_failures_total", "op") => BREAKER_IO_OPS.to_vec(),
         _ => return None,

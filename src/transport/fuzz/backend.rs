@@ -12,7 +12,7 @@ use crate::domain::combo::{Combo, split_field};
 use crate::domain::habits::ordered_habits;
 use crate::domain::ids::{CustomerId, MAX_FIELD_BYTES, MAX_ID_BYTES, MerchantId};
 use crate::domain::keys::{self, ADMISSION_KEY_PREFIX, CUSTOMER_KEY_PREFIX};
-use crate::domain::pin::{ScoreRatio, choose_pin};
+use crate::domain::pin::{ScoreRatio, choose_pin, choose_pin_with};
 use crate::domain::text;
 use crate::storage::{NoAnswer, NotApplied, StorageError};
 use crate::transport::convert;
@@ -36,6 +36,14 @@ fn respond<T>(result: Result<T, ApiError>) -> Result<Response<T>, Status> {
 }
 
 impl StoreAnswer {
+    /// The breaker's admin RPCs' answer when the server runs without it.
+    fn breaker(&self) -> Result<(), ApiError> {
+        match self.breaker_off {
+            true => Err(ApiError::BreakerOff("fuzz")),
+            false => Ok(()),
+        }
+    }
+
     /// The store's failure, if the case has it fail.
     fn outcome(&self) -> Result<(), ApiError> {
         let error = match self.failure {
@@ -83,7 +91,13 @@ impl StickyRouting for Backend {
                 convert::pin_query(&req, answer.min_pin_count, ScoreRatio::DEFAULT)?;
             check_customer(&merchant, &customer);
             answer.outcome()?;
-            Ok(convert::pin_response(choose_pin(&answer.fields, &query)))
+            let choice = if answer.breaker_off {
+                choose_pin(&answer.fields, &query)
+            } else {
+                let vetoes = &answer.breaker_vetoes;
+                choose_pin_with(&answer.fields, &query, |c| vetoes.get(c).copied())
+            };
+            Ok(convert::pin_response(choice))
         })())
     }
 
@@ -115,6 +129,38 @@ impl StickyRouting for Backend {
             Ok(pb::ForgetCustomerResponse {
                 existed: answer.existed,
             })
+        })())
+    }
+
+    async fn get_connector_health(
+        &self,
+        request: Request<pb::GetConnectorHealthRequest>,
+    ) -> Result<Response<pb::GetConnectorHealthResponse>, Status> {
+        let answer = answer_of(&request);
+        let req = request.into_inner();
+        respond((|| {
+            answer.breaker()?;
+            convert::connector_health_request(&req)?;
+            answer.outcome()?;
+            Ok(convert::connector_health_response(answer.health.clone()))
+        })())
+    }
+
+    async fn set_connector_override(
+        &self,
+        request: Request<pb::SetConnectorOverrideRequest>,
+    ) -> Result<Response<pb::SetConnectorOverrideResponse>, Status> {
+        let answer = answer_of(&request);
+        let req = request.into_inner();
+        respond((|| {
+            answer.breaker()?;
+            let (_, connector, over) = convert::connector_override(&req)?;
+            assert_eq!(connector.as_str(), req.connector);
+            if let Some((_, ttl)) = over {
+                assert!((1..=604_800).contains(&ttl.as_secs()), "{ttl:?}");
+            }
+            answer.outcome()?;
+            Ok(pb::SetConnectorOverrideResponse {})
         })())
     }
 }

@@ -3,28 +3,36 @@
 //! encoding, with the edge cases of each rule mixed in; and the answer the
 //! store would give, since Redis hands back bytes too.
 
+use std::collections::HashMap;
+
 use prost::Message as _;
 
 use super::rng::Rng;
+use crate::breaker::ConnectorHealthRow;
 use crate::domain::admission::AdmissionRefusal;
+use crate::domain::breaker::{BreakerState, Counts, Override, OverrideUntil, VetoReason};
 use crate::domain::counts::Recorded;
 use crate::transport::pb;
 
-/// The four RPCs of the service.
+/// The six RPCs of the service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rpc {
     RecordOutcome,
     GetPin,
     GetHabits,
     ForgetCustomer,
+    GetConnectorHealth,
+    SetConnectorOverride,
 }
 
 impl Rpc {
-    pub const ALL: [Rpc; 4] = [
+    pub const ALL: [Rpc; 6] = [
         Rpc::RecordOutcome,
         Rpc::GetPin,
         Rpc::GetHabits,
         Rpc::ForgetCustomer,
+        Rpc::GetConnectorHealth,
+        Rpc::SetConnectorOverride,
     ];
 
     pub fn path(self) -> &'static str {
@@ -33,7 +41,15 @@ impl Rpc {
             Rpc::GetPin => "/sticky_routing.v1.StickyRouting/GetPin",
             Rpc::GetHabits => "/sticky_routing.v1.StickyRouting/GetHabits",
             Rpc::ForgetCustomer => "/sticky_routing.v1.StickyRouting/ForgetCustomer",
+            Rpc::GetConnectorHealth => "/sticky_routing.v1.StickyRouting/GetConnectorHealth",
+            Rpc::SetConnectorOverride => "/sticky_routing.v1.StickyRouting/SetConnectorOverride",
         }
+    }
+
+    /// The circuit breaker's admin RPCs, which a server with the breaker
+    /// off answers `FAILED_PRECONDITION`.
+    pub fn needs_breaker(self) -> bool {
+        matches!(self, Rpc::GetConnectorHealth | Rpc::SetConnectorOverride)
     }
 }
 
@@ -44,6 +60,8 @@ pub enum Request {
     Pin(pb::GetPinRequest),
     Habits(pb::GetHabitsRequest),
     Forget(pb::ForgetCustomerRequest),
+    Health(pb::GetConnectorHealthRequest),
+    Override(pb::SetConnectorOverrideRequest),
 }
 
 impl Request {
@@ -53,6 +71,8 @@ impl Request {
             Request::Pin(m) => m.encode_to_vec(),
             Request::Habits(m) => m.encode_to_vec(),
             Request::Forget(m) => m.encode_to_vec(),
+            Request::Health(m) => m.encode_to_vec(),
+            Request::Override(m) => m.encode_to_vec(),
         }
     }
 
@@ -92,6 +112,13 @@ pub struct StoreAnswer {
     pub existed: bool,
     pub min_pin_count: i64,
     pub failure: Option<StoreFailure>,
+    /// The server runs with `STICKY_ROUTING_BREAKER=off`.
+    pub breaker_off: bool,
+    /// The breakers' vetoes GetPin meets, by connector.
+    pub breaker_vetoes: HashMap<String, VetoReason>,
+    /// What the breakers answer GetConnectorHealth: any counts and times,
+    /// in bytewise connector order as storage reads them.
+    pub health: Vec<ConnectorHealthRow>,
 }
 
 /// A request of `rpc` with plausible fields, and now and then bad ones:
@@ -133,6 +160,15 @@ pub fn request(rng: &mut Rng, rpc: Rpc) -> Request {
             merchant_id: g.id(MERCHANTS),
             customer_id: g.id(CUSTOMERS),
         }),
+        Rpc::GetConnectorHealth => Request::Health(pb::GetConnectorHealthRequest {
+            merchant_id: g.id(MERCHANTS),
+        }),
+        Rpc::SetConnectorOverride => Request::Override(pb::SetConnectorOverrideRequest {
+            merchant_id: g.id(MERCHANTS),
+            connector: g.id(CONNECTORS),
+            r#override: g.override_kind(),
+            ttl_seconds: g.ttl(),
+        }),
     }
 }
 
@@ -163,6 +199,24 @@ impl Gen<'_> {
         } else {
             pb::Outcome::GatewayFailure.into()
         }
+    }
+
+    fn override_kind(&mut self) -> i32 {
+        if self.spoils() {
+            *self.rng.pick(&[3, -1, i32::MAX, i32::MIN])
+        } else {
+            self.rng.below(3) as i32
+        }
+    }
+
+    /// An override's lifetime: plausible is 1 second to a week, spoiled
+    /// is 0, just past a week, or anything.
+    fn ttl(&mut self) -> u32 {
+        if !self.spoils() {
+            return *self.rng.pick(&[1, 60, 3600, 604_800]);
+        }
+        let any = self.rng.next() as u32;
+        *self.rng.pick(&[0, 604_801, u32::MAX, any])
     }
 
     /// How many entries a repeated field gets: mostly none or a few,
@@ -232,7 +286,20 @@ pub fn store_answer(rng: &mut Rng, request: Option<&Request>) -> StoreAnswer {
         2 => Some(StoreFailure::DeadlineExceeded),
         _ => None,
     };
+    let breaker_vetoes = (0..rng.below(3))
+        .map(|_| {
+            let reason = *rng.pick(&[
+                VetoReason::CircuitOpen,
+                VetoReason::CircuitHalfOpen,
+                VetoReason::ForcedOpen,
+            ]);
+            ((*rng.pick(CONNECTORS)).to_owned(), reason)
+        })
+        .collect();
     StoreAnswer {
+        breaker_off: rng.one_in(8),
+        breaker_vetoes,
+        health: health_rows(rng),
         fields,
         ttl: if rng.one_in(4) {
             rng.next() as i64
@@ -244,6 +311,41 @@ pub fn store_answer(rng: &mut Rng, request: Option<&Request>) -> StoreAnswer {
         min_pin_count: 1 + rng.below(3) as i64,
         failure,
     }
+}
+
+/// GetConnectorHealth's rows: connectors in bytewise order, any state,
+/// counts and times.
+fn health_rows(rng: &mut Rng) -> Vec<ConnectorHealthRow> {
+    let mut connectors: Vec<String> = (0..rng.below(4))
+        .map(|_| (*rng.pick(CONNECTORS)).to_owned())
+        .collect();
+    connectors.sort();
+    connectors.dedup();
+    connectors
+        .into_iter()
+        .map(|connector| {
+            let at = rng.next() as i64 >> rng.below(64);
+            let state = match rng.below(3) {
+                0 => BreakerState::Closed,
+                1 => BreakerState::Open { until_ms: at },
+                _ => BreakerState::HalfOpen { since_ms: at },
+            };
+            let over = rng.one_in(2).then(|| OverrideUntil {
+                kind: *rng.pick(&[Override::ForceOpen, Override::ForceClosed]),
+                until_ms: rng.next() as i64,
+            });
+            ConnectorHealthRow {
+                connector,
+                state,
+                counts: Counts {
+                    calls: rng.next() >> rng.below(64),
+                    failures: rng.next() >> rng.below(64),
+                },
+                open_until_ms: at,
+                over,
+            }
+        })
+        .collect()
 }
 
 const MERCHANTS: &[&str] = &["m1", "merchant_123", "{m}", "m%5F", "Mé日", " m1\t"];
