@@ -332,7 +332,7 @@ impl Metrics {
             breakers_open: meter
                 .u64_gauge("sticky_routing_breakers_open")
                 .with_description(
-                    "(merchant, connector) circuit breakers open or half-open now, as this \
+                    "(merchant, connector) circuit breakers OPEN now, as this \
                      instance last read them",
                 )
                 .build(),
@@ -425,7 +425,7 @@ impl Metrics {
             .add(1, &[KeyValue::new("from", from), KeyValue::new("to", to)]);
     }
 
-    /// The breakers open or half-open now, as the engine last read them.
+    /// The breakers OPEN now, as the engine last read them.
     pub fn set_breakers_open(&self, open: u64) {
         self.breakers_open.record(open, &[]);
     }

@@ -5,8 +5,8 @@
 //! read with a small PromQL scanner: each metric it names must be one of
 //! [`EXPORTED_METRICS`] (a histogram through its `_bucket`, `_sum` or
 //! `_count`), each label it filters or groups by must be one the metric
-//! has, and each value it matches for `code`, `rpc`, `outcome` or `reason`
-//! must be one the service writes. A renamed metric or a misspelt outcome
+//! has, and each value it matches for `code`, `rpc`, `outcome`, `reason`,
+//! `class`, `from`, `to` or `op` must be one the service writes. A renamed metric or a misspelt outcome
 //! would otherwise show as an empty panel, or an alert that never fires,
 //! at the moment someone needs it. No Redis and no server: files only.
 
@@ -45,7 +45,17 @@ const REQUIRED_ALERTS: &[&str] = &[
     "StickyRoutingMemoryGuardEngaged",
     "StickyRoutingAdmissionBudgetRefusalsHigh",
     "StickyRoutingShedding",
+    "StickyRoutingBreakersOpen",
+    "StickyRoutingBreakerIoFailing",
 ];
+
+/// The circuit breaker's states, as `from` and `to` of its transitions.
+const BREAKER_STATES: &[&str] = &["closed", "open", "half_open"];
+
+/// The `op` of `sticky_routing_breaker_io_failures_total`: the breaker's
+/// background flush, transition, index write and poll, and its two admin
+/// RPCs' reads and writes.
+const BREAKER_IO_OPS: &[&str] = &["flush", "transition", "index", "poll", "health", "override"];
 
 const SEVERITIES: &[&str] = &["critical", "warning", "info"];
 
@@ -69,8 +79,8 @@ fn labels_of(family: &str) -> &'static [&'static str] {
         "sticky_routing_redis_command_duration_seconds" => &["command"],
         "sticky_routing_redis_errors_total" => &["kind"],
         "sticky_routing_noscript_fallbacks_total" => &["script"],
-        "sticky_routing_breaker_vetoes_total" => &["reason"],
         "sticky_routing_breaker_transitions_total" => &["from", "to"],
+        "sticky_routing_breaker_vetoes_total" => &["reason"],
         "sticky_routing_breaker_io_failures_total" => &["op"],
         _ => &[],
     }
@@ -103,12 +113,11 @@ fn values_of(family: &str, label: &str) -> Option<Vec<&'static str>> {
             vec!["pin", "feedback", "admin", "low"]
         }
         ("sticky_routing_admission_refusals_total", "reason") => vec!["budget", "memory_guard"],
+        ("sticky_routing_breaker_transitions_total", "from" | "to") => BREAKER_STATES.to_vec(),
         ("sticky_routing_breaker_vetoes_total", "reason") => {
             VETO_REASONS.map(|r| r.label()).to_vec()
         }
-        ("sticky_routing_breaker_transitions_total", "from" | "to") => {
-            vec!["closed", "open", "half_open"]
-        }
+        ("sticky_routing_breaker_io_failures_total", "op") => BREAKER_IO_OPS.to_vec(),
         _ => return None,
     })
 }
@@ -776,6 +785,18 @@ fn the_checker_catches_misspelt_metrics_labels_and_values() {
             "without a metric name",
         ),
         ("vector(1)", "names no metric"),
+        (
+            r#"sticky_routing_breaker_transitions_total{to="opened"}"#,
+            "to=\"opened\"",
+        ),
+        (
+            r#"sum by (op) (rate(sticky_routing_breaker_io_failures_total{op="read"}[5m]))"#,
+            "op=\"read\"",
+        ),
+        (
+            r#"sticky_routing_breaker_vetoes_total{reason="circuit"}"#,
+            "reason=\"circuit\"",
+        ),
     ] {
         let problems = problems_of(expr);
         assert!(
