@@ -35,6 +35,9 @@ pub(super) struct Snapshot {
 
 impl Snapshot {
     pub fn entry(&self, merchant: &str, connector: &str) -> Option<&Entry> {
+        if self.is_empty() {
+            return None;
+        }
         self.by_merchant.get(merchant)?.get(connector)
     }
 
@@ -46,6 +49,12 @@ impl Snapshot {
 
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// No breaker is tripped or overridden: the common case, which the hot
+    /// path answers without hashing a thing.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// Every breaker in the snapshot.
