@@ -369,9 +369,12 @@ async fn calls_older_than_the_window_no_longer_count() {
     .await;
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn overrides_win_over_the_breaker_and_expire() {
-    let app = spawn_app_with(small(Duration::from_secs(60), 0.1)).await;
+async fn overrides_win_over_the_breaker_and_expire(#[case] topology: Topology) {
+    let app = spawn_app_on(topology, small(Duration::from_secs(60), 0.1)).await;
     habits(&app).await;
     set_override(&app, "GIGADAT", pb::BreakerOverride::ForceOpen as i32, 2)
         .await
@@ -468,9 +471,14 @@ async fn bad_override_requests_name_their_field_and_write_nothing() {
         .unwrap();
 }
 
+#[rstest]
+#[case::single(Topology::Single)]
+#[case::cluster(Topology::Cluster)]
 #[tokio::test]
-async fn two_processes_share_the_counts_and_see_each_others_transitions() {
-    let app = spawn_app_with(small(Duration::from_secs(30), 0.1)).await;
+async fn two_processes_share_the_counts_and_see_each_others_transitions(
+    #[case] topology: Topology,
+) {
+    let app = spawn_app_on(topology, small(Duration::from_secs(30), 0.1)).await;
     habits(&app).await;
     let (mut peer, channel) = start_binary_listening(
         app.redis.url(),
