@@ -8,8 +8,9 @@
 //! The map is sharded by the pair's hash so that calls on different pairs
 //! rarely wait for one lock.
 
-use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
+
+use foldhash::fast::RandomState;
 use std::num::NonZeroUsize;
 use std::sync::{Mutex, PoisonError};
 
@@ -90,7 +91,7 @@ impl Pending {
                     })
                 })
                 .collect(),
-            hasher: RandomState::new(),
+            hasher: RandomState::default(),
         }
     }
 
