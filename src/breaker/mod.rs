@@ -155,12 +155,6 @@ impl Breakers {
                     .update(merchant.as_str(), connector.as_str(), |entry| {
                         entry.over = over
                     });
-                tracing::info!(
-                    merchant = merchant.as_str(),
-                    connector = connector.as_str(),
-                    over = ?over,
-                    "breaker override set"
-                );
                 Ok(())
             }
             Err(error) => {
