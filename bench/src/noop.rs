@@ -10,9 +10,10 @@ use sticky_routing::domain::priority::Shares;
 use sticky_routing::telemetry::Metrics;
 use sticky_routing::transport::pb::sticky_routing_server::StickyRouting;
 use sticky_routing::transport::pb::{
-    ConnectorCount, ForgetCustomerRequest, ForgetCustomerResponse, GetHabitsRequest,
-    GetHabitsResponse, GetPinRequest, GetPinResponse, RecordOutcomeRequest, RecordOutcomeResponse,
-    RecordResult,
+    ConnectorCount, ForgetCustomerRequest, ForgetCustomerResponse, GetConnectorHealthRequest,
+    GetConnectorHealthResponse, GetHabitsRequest, GetHabitsResponse, GetPinRequest, GetPinResponse,
+    RecordOutcomeRequest, RecordOutcomeResponse, RecordResult, SetConnectorOverrideRequest,
+    SetConnectorOverrideResponse,
 };
 use sticky_routing::transport::server::{AfterDrain, GrpcServer, Lifetime, api};
 use sticky_routing::transport::tls::plain_incoming;
@@ -54,6 +55,7 @@ impl StickyRouting for NoopService {
                 net_count: 1,
             }],
             vetoed: Vec::new(),
+            vetoes: Vec::new(),
         }))
     }
 
@@ -69,6 +71,20 @@ impl StickyRouting for NoopService {
         _request: Request<ForgetCustomerRequest>,
     ) -> Result<Response<ForgetCustomerResponse>, Status> {
         Ok(Response::new(ForgetCustomerResponse::default()))
+    }
+
+    async fn get_connector_health(
+        &self,
+        _request: Request<GetConnectorHealthRequest>,
+    ) -> Result<Response<GetConnectorHealthResponse>, Status> {
+        Ok(Response::new(GetConnectorHealthResponse::default()))
+    }
+
+    async fn set_connector_override(
+        &self,
+        _request: Request<SetConnectorOverrideRequest>,
+    ) -> Result<Response<SetConnectorOverrideResponse>, Status> {
+        Ok(Response::new(SetConnectorOverrideResponse {}))
     }
 }
 

@@ -186,7 +186,7 @@ async fn store_record(
     req: &RecordOutcomeRequest,
     deadline: Instant,
 ) -> bool {
-    let Some((merchant, customer, combo)) = record_parts(req) else {
+    let Some((merchant, customer, combo, connector)) = record_parts(req) else {
         return false;
     };
     let outcome = if req.outcome == Outcome::GatewayFailure as i32 {
@@ -201,6 +201,7 @@ async fn store_record(
         merchant,
         customer,
         combo,
+        connector,
         outcome,
         attempt,
     };
@@ -225,7 +226,7 @@ async fn store_pin(store: &RedisStore, req: &GetPinRequest, deadline: Instant) -
 /// The seed's success write: HINCRBY and EXPIRE in one MULTI. (No admission
 /// and no cap: it is here to price the transaction, not to replace the rule.)
 async fn multi_success(raw: &Pool, req: &RecordOutcomeRequest, ttl_secs: i64) -> bool {
-    let Some((merchant, customer, combo)) = record_parts(req) else {
+    let Some((merchant, customer, combo, _)) = record_parts(req) else {
         return false;
     };
     let key = keys::customer_key(&merchant, &customer);
@@ -239,16 +240,18 @@ async fn multi_success(raw: &Pool, req: &RecordOutcomeRequest, ttl_secs: i64) ->
     queued.is_ok() && tx.exec::<(i64, i64)>(true).await.is_ok()
 }
 
-fn record_parts(req: &RecordOutcomeRequest) -> Option<(MerchantId, CustomerId, Combo)> {
+fn record_parts(req: &RecordOutcomeRequest) -> Option<(MerchantId, CustomerId, Combo, Connector)> {
+    let connector = Connector::parse(&req.connector).ok()?;
     let combo = Combo::new(
         &PaymentMethod::parse(&req.payment_method).ok()?,
         &PaymentMethodType::parse(&req.payment_method_type).ok()?,
-        &Connector::parse(&req.connector).ok()?,
+        &connector,
     )
     .ok()?;
     Some((
         MerchantId::parse(&req.merchant_id).ok()?,
         CustomerId::parse(&req.customer_id).ok()?,
         combo,
+        connector,
     ))
 }
