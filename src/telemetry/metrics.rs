@@ -111,11 +111,16 @@ pub enum RedisCommand {
     /// GetConnectorHealth: HGETALL of the merchant's breaker counts and of
     /// the breaker index.
     BreakerHealth,
+    /// The experiment counts' background flush of one merchant's day:
+    /// experiment_flush.lua.
+    ExperimentFlush,
+    /// GetUplift: HGETALL of each day's experiment hash.
+    ExperimentRead,
 }
 
 impl RedisCommand {
     /// Every command, each at its own index.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 14] = [
         Self::ReadCombos,
         Self::ReadHabits,
         Self::Forget,
@@ -128,6 +133,8 @@ impl RedisCommand {
         Self::BreakerTransition,
         Self::BreakerIndex,
         Self::BreakerHealth,
+        Self::ExperimentFlush,
+        Self::ExperimentRead,
     ];
 
     pub fn label(self) -> &'static str {
@@ -144,6 +151,8 @@ impl RedisCommand {
             Self::BreakerTransition => "breaker_transition",
             Self::BreakerIndex => "breaker_index",
             Self::BreakerHealth => "breaker_health",
+            Self::ExperimentFlush => "experiment_flush",
+            Self::ExperimentRead => "experiment_read",
         }
     }
 }
@@ -281,7 +290,8 @@ impl Metrics {
                      handing it to the Redis client to its answer, whatever the answer, by \
                      command: read_combos, read_habits, forget, record_success, \
                      record_failure, admit, ping, permission_probe, breaker_flush, \
-                     breaker_transition, breaker_index, breaker_health",
+                     breaker_transition, breaker_index, breaker_health, experiment_flush, \
+                     experiment_read",
                 )
                 .with_boundaries(REDIS_LATENCY_BUCKETS.to_vec())
                 .build(),
@@ -301,7 +311,7 @@ impl Metrics {
                     "Script calls that Redis answered NOSCRIPT (it forgot the script: a \
                      restart, a failover, SCRIPT FLUSH) and that were sent again as EVAL, by \
                      script: record_success, record_failure, admit, permission_probe, \
-                     breaker_flush, breaker_transition, breaker_index",
+                     breaker_flush, breaker_transition, breaker_index, experiment_flush",
                 )
                 .build(),
             admission_refusals: meter
