@@ -18,6 +18,7 @@ pub mod percent;
 pub mod pin;
 pub mod priority;
 pub mod prune;
+pub mod rollout;
 pub mod rules;
 pub mod text;
 
