@@ -415,6 +415,17 @@ impl StickyRouting for StickyRoutingService {
         })
         .await
     }
+
+    /// Placeholder until the experiment engine (branch `rexp`) lands with
+    /// the real handler, which replaces this one.
+    async fn get_uplift(
+        &self,
+        _request: Request<pb::GetUpliftRequest>,
+    ) -> Result<Response<pb::GetUpliftResponse>, Status> {
+        Err(Status::unimplemented(
+            "GetUplift: the experiment counts are not in this build yet",
+        ))
+    }
 }
 
 #[cfg(test)]
