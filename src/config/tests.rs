@@ -7,6 +7,7 @@ use super::*;
 use crate::storage::{Secret, redact_url};
 
 mod breaker;
+mod rollout;
 mod documents;
 mod shares;
 

@@ -21,7 +21,8 @@ use crate::breaker::Breakers;
 use crate::domain::Rules;
 use crate::domain::counts::{Outcome, Recorded};
 use crate::domain::habits::ordered_habits;
-use crate::domain::pin::{choose_pin, choose_pin_with};
+use crate::domain::pin::{PinChoice, choose_pin, choose_pin_with};
+use crate::domain::rollout::{self, Mode, PinAnswer, PinReason};
 use crate::pki::{AdminClients, ClientIdentity};
 use crate::record::{RecordCommand, record_outcome};
 use crate::storage::{RedisStore, StorageError};
@@ -181,6 +182,21 @@ fn breaker_count(cmd: &RecordCommand, recorded: &Recorded) -> Option<bool> {
     }
 }
 
+/// How a GetPin ended: its answer's reason, or its failure.
+fn pin_outcome(result: &Result<(Option<PinChoice>, PinAnswer), ApiError>) -> PinOutcome {
+    match result {
+        Ok((_, answer)) => match answer.reason {
+            PinReason::Pinned => PinOutcome::Pinned,
+            PinReason::NoHabit => PinOutcome::NoHabit,
+            PinReason::AllVetoed => PinOutcome::Vetoed,
+            PinReason::Holdout => PinOutcome::Holdout,
+            PinReason::Shadow => PinOutcome::Shadow,
+            PinReason::Disabled => PinOutcome::Disabled,
+        },
+        Err(error) => PinOutcome::Failed(failure(error)),
+    }
+}
+
 /// How a failed call is counted.
 fn failure(error: &ApiError) -> CallFailure {
     match error {
@@ -212,6 +228,10 @@ impl StickyRouting for StickyRoutingService {
                 let recorded =
                     Box::pin(record_outcome(&self.store, &self.rules, &cmd, deadline)).await?;
                 self.count_for_breaker(&cmd, &recorded);
+                // The experiment's hook (contract v1.2 §4): rexp's engine
+                // counts `cmd.pin_connector` here, by the merchant's mode and
+                // the customer's holdout, with `breaker_count`'s rule (no
+                // duplicate counts).
                 Ok(recorded)
             }
             .await;
@@ -245,34 +265,46 @@ impl StickyRouting for StickyRoutingService {
                 let (merchant, customer, query) =
                     convert::pin_query(&req, self.rules.min_pin_count, self.rules.min_score_ratio)?;
                 traces::record_merchant(&span, merchant.as_str());
+                let rollout = &self.rules.rollout;
+                let mode = rollout.mode_of(&merchant);
+                // Off reads nothing (contract v1.2 §4): no Redis, no breaker.
+                if mode == Mode::Off {
+                    return Ok((None, rollout::answer(mode, false, None)));
+                }
                 // Boxed, as in record_outcome: see there.
                 let fields =
                     Box::pin(self.store.read_combos(&merchant, &customer, deadline)).await?;
                 // The breakers' states are in memory (the engine keeps them
                 // in step with Redis in the background): GetPin stays one
                 // Redis round trip.
-                Ok(match &self.breakers {
+                let choice = match &self.breakers {
                     Some(breakers) => {
                         choose_pin_with(&fields, &query, breakers.veto_for(&merchant))
                     }
                     None => choose_pin(&fields, &query),
-                })
+                };
+                // The holdout applies in mode on only, and a share of 0
+                // (the default) hashes nothing.
+                let held_out = mode == Mode::On
+                    && rollout::in_holdout(
+                        &rollout.salt,
+                        &merchant,
+                        &customer,
+                        rollout.holdout_of(&merchant),
+                    );
+                let answer = rollout::answer(mode, held_out, Some(&choice));
+                Ok((Some(choice), answer))
             }
             .await;
-            if let Ok(choice) = &result {
+            if let Ok((Some(choice), _)) = &result {
                 for (_, reason) in &choice.vetoes {
                     self.metrics.breaker_veto(*reason);
                 }
             }
-            let outcome = match &result {
-                Ok(choice) if choice.pin.is_some() => PinOutcome::Pinned,
-                Ok(choice) if choice.candidates.is_empty() => PinOutcome::NoHabit,
-                Ok(_) => PinOutcome::Vetoed,
-                Err(error) => PinOutcome::Failed(failure(error)),
-            };
+            let outcome = pin_outcome(&result);
             self.metrics.pin(outcome);
             traces::record_result(&span, outcome.label());
-            result.map(convert::pin_response)
+            result.map(|(choice, answer)| convert::pin_response(choice, answer))
         })
         .await
     }
@@ -383,6 +415,17 @@ impl StickyRouting for StickyRoutingService {
         })
         .await
     }
+
+    /// Placeholder until the experiment engine (branch `rexp`) lands with
+    /// the real handler, which replaces this one.
+    async fn get_uplift(
+        &self,
+        _request: Request<pb::GetUpliftRequest>,
+    ) -> Result<Response<pb::GetUpliftResponse>, Status> {
+        Err(Status::unimplemented(
+            "GetUplift: the experiment counts are not in this build yet",
+        ))
+    }
 }
 
 #[cfg(test)]
@@ -399,6 +442,7 @@ mod tests {
             connector: "GIGADAT".into(),
             outcome: outcome.into(),
             attempt_id: "pay_1".into(),
+            pin_connector: String::new(),
         })
         .unwrap()
     }
