@@ -15,6 +15,7 @@ use crate::domain::habits::Habit;
 use crate::domain::ids::{Connector, CustomerId, MerchantId, PaymentMethod, PaymentMethodType};
 use crate::domain::pin::{Candidate, PinChoice, PinQuery, ScoreRatio, Veto};
 use crate::domain::rollout::{PinAnswer, PinReason};
+use crate::domain::uplift::{GroupCounts, Uplift};
 use crate::record::{RawOutcome, RecordCommand};
 
 /// The most connectors a GetPin may list.
@@ -220,6 +221,28 @@ pub fn uplift_request(req: &pb::GetUpliftRequest) -> Result<(MerchantId, u32), I
     Ok((merchant, days))
 }
 
+/// GetUplift's answer: each group's counts and success rate, the
+/// difference and its interval, `enough_data`. (The follow rate is the
+/// report's; the response carries treated's followed count instead.)
+pub fn uplift_response(uplift: &Uplift) -> pb::GetUpliftResponse {
+    let stats = |group: &GroupCounts| pb::GroupStats {
+        outcomes: group.outcomes,
+        successes: group.successes,
+        success_rate: group.success_rate(),
+        followed: group.followed,
+        overridden: group.overridden,
+    };
+    pb::GetUpliftResponse {
+        treated: Some(stats(&uplift.treated)),
+        holdout: Some(stats(&uplift.holdout)),
+        shadow: Some(stats(&uplift.shadow)),
+        difference: uplift.difference,
+        ci_low: uplift.ci_low,
+        ci_high: uplift.ci_high,
+        enough_data: uplift.enough_data,
+    }
+}
+
 /// GetConnectorHealth's merchant.
 pub fn connector_health_request(
     req: &pb::GetConnectorHealthRequest,
@@ -420,7 +443,13 @@ mod tests {
     fn a_pin_connector_is_optional_and_checked_like_connector() {
         assert_eq!(record(|_| {}).unwrap().pin_connector, None);
         let named = record(|r| r.pin_connector = "LOONIO".into()).unwrap();
-        assert_eq!(named.pin_connector.map(|c| c.as_str().to_owned()).as_deref(), Some("LOONIO"));
+        assert_eq!(
+            named
+                .pin_connector
+                .map(|c| c.as_str().to_owned())
+                .as_deref(),
+            Some("LOONIO")
+        );
         assert_eq!(named.connector.as_str(), "GIGADAT");
         let spaced = record(|r| r.pin_connector = " Giga:Dat".into()).unwrap();
         assert_eq!(spaced.pin_connector.unwrap().as_str(), " Giga:Dat");
@@ -659,10 +688,13 @@ mod tests {
             ("merchant_id", |r, v| r.merchant_id = BAD_TEXT[v].into()),
             ("days", |r, v| r.days = [36, u32::MAX][v]),
         ];
-        assert_lowest_bad_field_named("GetUplift", &good, &fields, |r| {
-            uplift_request(r).map(drop)
-        });
-        let days = |days| uplift_request(&pb::GetUpliftRequest { days, ..good.clone() });
+        assert_lowest_bad_field_named("GetUplift", &good, &fields, |r| uplift_request(r).map(drop));
+        let days = |days| {
+            uplift_request(&pb::GetUpliftRequest {
+                days,
+                ..good.clone()
+            })
+        };
         assert_eq!(days(0).unwrap().1, 7);
         assert_eq!(days(1).unwrap().1, 1);
         assert_eq!(days(35).unwrap().1, 35);
