@@ -17,6 +17,7 @@ mod bulk_fail_fast;
 mod concurrency;
 mod connections;
 mod exactly_once;
+mod experiment;
 mod export;
 mod failover;
 mod faults;
