@@ -180,8 +180,9 @@ mod tests {
 
     #[test]
     fn the_groups_are_summed_from_their_fields() {
-        let mut counts = ExperimentCounts::default();
-        counts.counts = [80, 20, 5, 15, 50, 50, 1, 2, 3, 4];
+        let counts = ExperimentCounts {
+            counts: [80, 20, 5, 15, 50, 50, 1, 2, 3, 4],
+        };
         let uplift = uplift_of(&counts);
         assert_eq!(
             uplift.treated,

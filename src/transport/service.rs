@@ -54,6 +54,9 @@ pub struct StickyRoutingService {
 }
 
 impl StickyRoutingService {
+    // One argument per shared part, each built by startup; a struct
+    // holding them would only repeat this one's fields.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: RedisStore,
         metrics: Arc<Metrics>,
@@ -545,8 +548,10 @@ mod tests {
             net_count: 1,
             pruned: 0,
         };
-        let mut rollout = Rollout::default();
-        rollout.holdout = HoldoutShare::parse("50%").unwrap();
+        let mut rollout = Rollout {
+            holdout: HoldoutShare::parse("50%").unwrap(),
+            ..Rollout::default()
+        };
         let cell = |rollout: &Rollout, cmd: &RecordCommand, recorded: &Recorded| {
             experiment_cell(rollout, cmd, recorded)
         };
