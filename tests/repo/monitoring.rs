@@ -57,6 +57,11 @@ const BREAKER_STATES: &[&str] = &["closed", "open", "half_open"];
 /// RPCs' reads and writes.
 const BREAKER_IO_OPS: &[&str] = &["flush", "transition", "index", "poll", "health", "override"];
 
+/// The `op` of `sticky_routing_experiment_io_failures_total`: the
+/// experiment's background flush, GetUplift's read, and the outcomes a full
+/// tally could not count.
+const EXPERIMENT_IO_OPS: &[&str] = &["flush", "read", "overflow"];
+
 const SEVERITIES: &[&str] = &["critical", "warning", "info"];
 
 /// Fewer panels with queries than this and the dashboard has lost most of
@@ -82,6 +87,8 @@ fn labels_of(family: &str) -> &'static [&'static str] {
         "sticky_routing_breaker_transitions_total" => &["from", "to"],
         "sticky_routing_breaker_vetoes_total" => &["reason"],
         "sticky_routing_breaker_io_failures_total" => &["op"],
+        "sticky_routing_experiment_outcomes_total" => &["group", "outcome"],
+        "sticky_routing_experiment_io_failures_total" => &["op"],
         _ => &[],
     }
 }
@@ -100,6 +107,7 @@ fn values_of(family: &str, label: &str) -> Option<Vec<&'static str>> {
                 "ForgetCustomer",
                 "GetConnectorHealth",
                 "SetConnectorOverride",
+                "GetUplift",
             ]
         }
         ("sticky_routing_pins_total", "outcome") => PinOutcome::ALL.map(PinOutcome::label).to_vec(),
@@ -118,6 +126,11 @@ fn values_of(family: &str, label: &str) -> Option<Vec<&'static str>> {
             VETO_REASONS.map(|r| r.label()).to_vec()
         }
         ("sticky_routing_breaker_io_failures_total", "op") => BREAKER_IO_OPS.to_vec(),
+        ("sticky_routing_experiment_outcomes_total", "group") => {
+            vec!["treated", "holdout", "shadow"]
+        }
+        ("sticky_routing_experiment_outcomes_total", "outcome") => vec!["success", "failure"],
+        ("sticky_routing_experiment_io_failures_total", "op") => EXPERIMENT_IO_OPS.to_vec(),
         _ => return None,
     })
 }
