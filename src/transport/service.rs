@@ -418,10 +418,16 @@ impl StickyRouting for StickyRoutingService {
 
     /// Placeholder until the experiment engine (branch `rexp`) lands with
     /// the real handler, which replaces this one.
+    /// It checks who asks and what, as the real one will.
     async fn get_uplift(
         &self,
-        _request: Request<pb::GetUpliftRequest>,
+        request: Request<pb::GetUpliftRequest>,
     ) -> Result<Response<pb::GetUpliftResponse>, Status> {
+        const RPC: &str = "GetUplift";
+        if !self.admin_permitted(&request) {
+            return Err(ApiError::NotAdmin(RPC).into());
+        }
+        convert::uplift_request(request.get_ref()).map_err(ApiError::from)?;
         Err(Status::unimplemented(
             "GetUplift: the experiment counts are not in this build yet",
         ))
