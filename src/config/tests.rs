@@ -7,8 +7,8 @@ use super::*;
 use crate::storage::{Secret, redact_url};
 
 mod breaker;
-mod rollout;
 mod documents;
+mod rollout;
 mod shares;
 
 /// Writes a file under a per-process temporary folder.

@@ -420,7 +420,13 @@ mod tests {
     fn a_pin_connector_is_optional_and_checked_like_connector() {
         assert_eq!(record(|_| {}).unwrap().pin_connector, None);
         let named = record(|r| r.pin_connector = "LOONIO".into()).unwrap();
-        assert_eq!(named.pin_connector.map(|c| c.as_str().to_owned()).as_deref(), Some("LOONIO"));
+        assert_eq!(
+            named
+                .pin_connector
+                .map(|c| c.as_str().to_owned())
+                .as_deref(),
+            Some("LOONIO")
+        );
         assert_eq!(named.connector.as_str(), "GIGADAT");
         let spaced = record(|r| r.pin_connector = " Giga:Dat".into()).unwrap();
         assert_eq!(spaced.pin_connector.unwrap().as_str(), " Giga:Dat");
@@ -659,10 +665,13 @@ mod tests {
             ("merchant_id", |r, v| r.merchant_id = BAD_TEXT[v].into()),
             ("days", |r, v| r.days = [36, u32::MAX][v]),
         ];
-        assert_lowest_bad_field_named("GetUplift", &good, &fields, |r| {
-            uplift_request(r).map(drop)
-        });
-        let days = |days| uplift_request(&pb::GetUpliftRequest { days, ..good.clone() });
+        assert_lowest_bad_field_named("GetUplift", &good, &fields, |r| uplift_request(r).map(drop));
+        let days = |days| {
+            uplift_request(&pb::GetUpliftRequest {
+                days,
+                ..good.clone()
+            })
+        };
         assert_eq!(days(0).unwrap().1, 7);
         assert_eq!(days(1).unwrap().1, 1);
         assert_eq!(days(35).unwrap().1, 35);

@@ -303,14 +303,13 @@ fn check_frame(case: &Case, frame: Option<&[u8]>) -> Result<(), String> {
 /// lists nothing, read nothing.
 fn reason_agrees(pin: &pb::GetPinResponse, mode: Mode) -> bool {
     let named = |c: &str| {
-        pin.candidates.iter().any(|x| x.connector == c) && !pin.vetoed.iter().any(|x| x.connector == c)
+        pin.candidates.iter().any(|x| x.connector == c)
+            && !pin.vetoed.iter().any(|x| x.connector == c)
     };
     let lists_nothing = pin.candidates.is_empty() && pin.vetoed.is_empty() && pin.vetoes.is_empty();
     let not_pinned = !pin.pinned && pin.connector.is_empty() && pin.net_count == 0;
     match pin.reason() {
-        pb::PinReason::Pinned => {
-            mode == Mode::On && pin.pinned && pin.would_pin == pin.connector
-        }
+        pb::PinReason::Pinned => mode == Mode::On && pin.pinned && pin.would_pin == pin.connector,
         pb::PinReason::NoHabit => {
             mode != Mode::Off && not_pinned && pin.would_pin.is_empty() && pin.candidates.is_empty()
         }

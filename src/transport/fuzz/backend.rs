@@ -93,7 +93,10 @@ impl StickyRouting for Backend {
             check_customer(&merchant, &customer);
             if answer.mode == Mode::Off {
                 answer.outcome_of(Rpc::GetPin)?;
-                return Ok(convert::pin_response(None, rollout::answer(Mode::Off, false, None)));
+                return Ok(convert::pin_response(
+                    None,
+                    rollout::answer(Mode::Off, false, None),
+                ));
             }
             answer.outcome_of(Rpc::GetPin)?;
             let choice = if answer.breaker_off {
