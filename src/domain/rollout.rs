@@ -109,7 +109,11 @@ impl HoldoutShare {
         if whole.len() > 2 {
             return None;
         }
-        let whole: u16 = if whole.is_empty() { 0 } else { whole.parse().ok()? };
+        let whole: u16 = if whole.is_empty() {
+            0
+        } else {
+            whole.parse().ok()?
+        };
         let fraction = fraction.unwrap_or("");
         let (hundredths, rest) = fraction.split_at(fraction.len().min(2));
         if rest.bytes().any(|b| b != b'0') {
