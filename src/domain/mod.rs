@@ -21,6 +21,7 @@ pub mod prune;
 pub mod rollout;
 pub mod rules;
 pub mod text;
+pub mod uplift;
 
 pub use ids::InvalidInput;
 pub use rules::Rules;
