@@ -1,8 +1,9 @@
 //! The `sticky_routing.v1.StickyRouting` handlers. Each one validates its
 //! request into domain values, runs one operation (the record flow, one
 //! store read, or a call to the circuit breaker engine), and records
-//! metrics; the rules themselves live in `domain`, the record flow in
-//! `crate::record`, and the breakers in `crate::breaker`.
+//! metrics; the rules themselves live in `domain` (GetPin's mode and
+//! holdout in `domain::rollout`), the record flow in `crate::record`, and
+//! the breakers in `crate::breaker`.
 
 use std::future::Future;
 use std::sync::Arc;
