@@ -1,9 +1,10 @@
 //! The `sticky_routing.v1.StickyRouting` handlers. Each one validates its
 //! request into domain values, runs one operation (the record flow, one
 //! store read, or a call to the circuit breaker engine), and records
-//! metrics; the rules themselves live in `domain`, the record flow in
-//! `crate::record`, the breakers in `crate::breaker`, and the experiment
-//! counts in `crate::experiment`.
+//! metrics; the rules themselves live in `domain` (GetPin's mode and
+//! holdout, and the experiment's cells, in `domain::rollout`), the record
+//! flow in `crate::record`, the breakers in `crate::breaker`, and the
+//! experiment counts in `crate::experiment`.
 
 use std::future::Future;
 use std::sync::Arc;
