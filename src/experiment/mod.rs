@@ -99,9 +99,9 @@ impl Experiments {
         Ok(uplift_of(&sum))
     }
 
-    /// Writes every tally now (tests; the cycle does it every tick).
-    #[doc(hidden)]
-    pub async fn flush_now(self: &Arc<Self>) {
+    /// Writes every tally now (the cycle does it every tick).
+    #[cfg(test)]
+    async fn flush_now(self: &Arc<Self>) {
         cycle::flush(self).await;
     }
 }
