@@ -6,7 +6,7 @@
 //! [`EXPORTED_METRICS`] (a histogram through its `_bucket`, `_sum` or
 //! `_count`), each label it filters or groups by must be one the metric
 //! has, and each value it matches for `code`, `rpc`, `outcome`, `reason`,
-//! `class`, `from`, `to` or `op` must be one the service writes. A renamed metric or a misspelt outcome
+//! `class`, `from`, `to`, `op` or `group` must be one the service writes. A renamed metric or a misspelt outcome
 //! would otherwise show as an empty panel, or an alert that never fires,
 //! at the moment someone needs it. No Redis and no server: files only.
 
@@ -57,6 +57,14 @@ const BREAKER_STATES: &[&str] = &["closed", "open", "half_open"];
 /// RPCs' reads and writes.
 const BREAKER_IO_OPS: &[&str] = &["flush", "transition", "index", "poll", "health", "override"];
 
+/// The rollout experiment's groups, the `group` of
+/// `sticky_routing_experiment_outcomes_total`.
+const EXPERIMENT_GROUPS: &[&str] = &["treated", "holdout", "shadow"];
+
+/// The `op` of `sticky_routing_experiment_io_failures_total`: the
+/// background flush, GetUplift's read, and outcomes dropped at the bound.
+const EXPERIMENT_IO_OPS: &[&str] = &["flush", "read", "overflow"];
+
 const SEVERITIES: &[&str] = &["critical", "warning", "info"];
 
 /// Fewer panels with queries than this and the dashboard has lost most of
@@ -82,6 +90,8 @@ fn labels_of(family: &str) -> &'static [&'static str] {
         "sticky_routing_breaker_transitions_total" => &["from", "to"],
         "sticky_routing_breaker_vetoes_total" => &["reason"],
         "sticky_routing_breaker_io_failures_total" => &["op"],
+        "sticky_routing_experiment_outcomes_total" => &["group", "outcome"],
+        "sticky_routing_experiment_io_failures_total" => &["op"],
         _ => &[],
     }
 }
@@ -100,6 +110,7 @@ fn values_of(family: &str, label: &str) -> Option<Vec<&'static str>> {
                 "ForgetCustomer",
                 "GetConnectorHealth",
                 "SetConnectorOverride",
+                "GetUplift",
             ]
         }
         ("sticky_routing_pins_total", "outcome") => PinOutcome::ALL.map(PinOutcome::label).to_vec(),
@@ -118,6 +129,9 @@ fn values_of(family: &str, label: &str) -> Option<Vec<&'static str>> {
             VETO_REASONS.map(|r| r.label()).to_vec()
         }
         ("sticky_routing_breaker_io_failures_total", "op") => BREAKER_IO_OPS.to_vec(),
+        ("sticky_routing_experiment_outcomes_total", "group") => EXPERIMENT_GROUPS.to_vec(),
+        ("sticky_routing_experiment_outcomes_total", "outcome") => vec!["success", "failure"],
+        ("sticky_routing_experiment_io_failures_total", "op") => EXPERIMENT_IO_OPS.to_vec(),
         _ => return None,
     })
 }
@@ -796,6 +810,18 @@ fn the_checker_catches_misspelt_metrics_labels_and_values() {
         (
             r#"sticky_routing_breaker_vetoes_total{reason="circuit"}"#,
             "reason=\"circuit\"",
+        ),
+        (
+            r#"sticky_routing_experiment_outcomes_total{group="control"}"#,
+            "group=\"control\"",
+        ),
+        (
+            r#"sticky_routing_experiment_outcomes_total{outcome="gateway_failure"}"#,
+            "outcome=\"gateway_failure\"",
+        ),
+        (
+            r#"sticky_routing_experiment_io_failures_total{op="poll"}"#,
+            "op=\"poll\"",
         ),
     ] {
         let problems = problems_of(expr);
