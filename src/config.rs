@@ -66,6 +66,10 @@ pub struct Settings {
     /// The connector circuit breaker (contract v1.2 §3); `None` when
     /// `STICKY_ROUTING_BREAKER=off`: nothing counted or kept.
     pub breaker: Option<BreakerSettings>,
+    /// How long the experiment's daily counts live in Redis (the TTL of
+    /// each `sticky_exp_*` key, contract v1.2 §4); the rollout itself is in
+    /// [`Rules::rollout`].
+    pub experiment_retention: Duration,
     /// A connection older than this (±10 % per process) gets GOAWAY, so
     /// that clients reconnect and spread over pods added since.
     pub max_connection_age: Duration,

@@ -14,6 +14,8 @@
 //!   plan, driven one call at a time here and in batches by the import;
 //! - [`breaker`]: the connector circuit breaker's engine: counts and states
 //!   in memory (tier 1), moved to and from Redis (tier 2) in the background;
+//! - [`experiment`]: the rollout's experiment counts, tallied in memory and
+//!   flushed to Redis in the background, and the uplift read back;
 //! - [`transport`]: thin tonic handlers that turn protobuf into domain types
 //!   and errors into `tonic::Status`, and the server's connections;
 //! - [`config`]: reads every setting once, gathering the declarations of
@@ -29,13 +31,14 @@
 //! - `storage` → `domain`, `telemetry`, `declare`, `pki`;
 //! - `record` → `domain`, `storage`;
 //! - `breaker` → `domain`, `storage`, `telemetry`;
-//! - `transport` → `domain`, `record`, `breaker`, `storage`, `telemetry`,
-//!   `pki`;
-//! - `config` → `domain`, `storage`, `telemetry`, `declare`, `pki`;
-//! - `startup` → `config`, `transport`, `record`, `breaker`, `storage`,
+//! - `experiment` → `domain`, `storage`, `telemetry`;
+//! - `transport` → `domain`, `record`, `breaker`, `experiment`, `storage`,
 //!   `telemetry`, `pki`;
-//! - `bulk` → `config`, `record`, `storage`, `domain`, `telemetry`,
-//!   `process`;
+//! - `config` → `domain`, `storage`, `telemetry`, `declare`, `pki`;
+//! - `startup` → `config`, `transport`, `record`, `breaker`, `experiment`,
+//!   `storage`, `telemetry`, `pki`;
+//! - `bulk` → `config`, `record`, `experiment`, `storage`, `domain`,
+//!   `telemetry`, `process`;
 //! - the binary (`main.rs`) → `config`, `startup`, `bulk`, `telemetry`,
 //!   `process`.
 
@@ -44,6 +47,7 @@ pub mod bulk;
 pub mod config;
 pub mod declare;
 pub mod domain;
+pub mod experiment;
 pub mod pki;
 pub mod process;
 pub mod record;

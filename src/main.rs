@@ -1,5 +1,5 @@
 //! The `sticky-routing` binary: parse the settings, build, serve, drain;
-//! or run a bulk subcommand (`import`, `export`).
+//! or run a bulk subcommand (`import`, `export`, `report`).
 //!
 //! The runtime is built by hand, after the settings are parsed, so that its
 //! thread count is a checked setting like any other.
@@ -26,6 +26,9 @@ fn main() -> ExitCode {
         }
         Ok(CommandLine::Export(args)) => {
             return sticky_routing::bulk::export::run(&args, &config::process_env());
+        }
+        Ok(CommandLine::Report(args)) => {
+            return sticky_routing::bulk::report::run(&args, &config::process_env());
         }
         Err(error) => {
             eprintln!("sticky-routing: {error}");

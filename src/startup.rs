@@ -21,6 +21,7 @@ use tonic_health::server::HealthReporter;
 
 use crate::breaker::Breakers;
 use crate::config::Settings;
+use crate::experiment::Experiments;
 use crate::pki::{AdminClients, TlsFileProblem};
 use crate::record;
 use crate::storage::{ConnectError, RedisStore};
@@ -71,6 +72,10 @@ pub struct Application {
     store: RedisStore,
     /// The circuit breaker's engine, unless `STICKY_ROUTING_BREAKER=off`.
     breakers: Option<Arc<Breakers>>,
+    /// The experiment counts' engine: always on (it counts only what a
+    /// RecordOutcome with `pin_connector` in a mode other than `off` gives
+    /// it, and its cycle sends nothing while there is nothing to flush).
+    experiments: Arc<Experiments>,
     metrics: Arc<Metrics>,
     /// Failed calls by kind, summarised once a second.
     failures: Arc<FailureLog>,
@@ -130,6 +135,11 @@ impl Application {
         let breakers = settings
             .breaker
             .map(|breaker| Arc::new(Breakers::new(store.clone(), breaker, metrics.clone())));
+        let experiments = Arc::new(Experiments::new(
+            store.clone(),
+            settings.experiment_retention,
+            metrics.clone(),
+        ));
         let api = StickyRoutingService::new(
             store.clone(),
             metrics.clone(),
@@ -138,6 +148,7 @@ impl Application {
             record::call_ceiling(settings.redis.command_timeout),
             settings.admin_clients.clone(),
             breakers.clone(),
+            experiments.clone(),
         );
         let api = transport::server::api(
             api,
@@ -162,6 +173,7 @@ impl Application {
             watches_end,
             store,
             breakers,
+            experiments,
             metrics,
             failures,
             tasks,

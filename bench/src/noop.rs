@@ -12,8 +12,8 @@ use sticky_routing::transport::pb::sticky_routing_server::StickyRouting;
 use sticky_routing::transport::pb::{
     ConnectorCount, ForgetCustomerRequest, ForgetCustomerResponse, GetConnectorHealthRequest,
     GetConnectorHealthResponse, GetHabitsRequest, GetHabitsResponse, GetPinRequest, GetPinResponse,
-    RecordOutcomeRequest, RecordOutcomeResponse, RecordResult, SetConnectorOverrideRequest,
-    SetConnectorOverrideResponse,
+    GetUpliftRequest, GetUpliftResponse, PinReason, RecordOutcomeRequest, RecordOutcomeResponse,
+    RecordResult, SetConnectorOverrideRequest, SetConnectorOverrideResponse,
 };
 use sticky_routing::transport::server::{AfterDrain, GrpcServer, Lifetime, api};
 use sticky_routing::transport::tls::plain_incoming;
@@ -51,10 +51,12 @@ impl StickyRouting for NoopService {
             connector: connector.clone(),
             net_count: 1,
             candidates: vec![ConnectorCount {
-                connector,
+                connector: connector.clone(),
                 net_count: 1,
             }],
             vetoed: Vec::new(),
+            reason: PinReason::Pinned.into(),
+            would_pin: connector,
             vetoes: Vec::new(),
         }))
     }
@@ -85,6 +87,13 @@ impl StickyRouting for NoopService {
         _request: Request<SetConnectorOverrideRequest>,
     ) -> Result<Response<SetConnectorOverrideResponse>, Status> {
         Ok(Response::new(SetConnectorOverrideResponse {}))
+    }
+
+    async fn get_uplift(
+        &self,
+        _request: Request<GetUpliftRequest>,
+    ) -> Result<Response<GetUpliftResponse>, Status> {
+        Ok(Response::new(GetUpliftResponse::default()))
     }
 }
 

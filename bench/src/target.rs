@@ -204,6 +204,8 @@ async fn store_record(
         connector,
         outcome,
         attempt,
+        // The storage floor prices the write; the experiment counts nothing.
+        pin_connector: None,
     };
     record_outcome(store, rules, &command, deadline)
         .await

@@ -1,5 +1,7 @@
 //! The bulk subcommands, `sticky-routing import` and `sticky-routing export`:
-//! habits in and out of Redis as rows of a CSV or JSONL file.
+//! habits in and out of Redis as rows of a CSV or JSONL file; and
+//! `sticky-routing report` ([`report`]), the experiment's uplift per
+//! merchant, which reaches Redis as `export` does.
 //!
 //! Both load the service's own settings (defaults, `--config FILE` or
 //! `STICKY_ROUTING_CONFIG`, then the environment), so they reach Redis
@@ -13,6 +15,7 @@
 pub mod export;
 mod flags;
 pub mod import;
+pub mod report;
 
 use std::path::Path;
 use std::time::Duration;

@@ -14,6 +14,7 @@ use crate::domain::admission::Budgets;
 use crate::domain::breaker::BreakerSettings;
 use crate::domain::ids::MerchantId;
 use crate::domain::priority::Shares;
+use crate::domain::rollout::Rollout;
 use crate::pki::{AdminClients, ServerTlsFiles, TlsFileKind};
 use crate::storage::RedisSettings;
 use crate::telemetry::TelemetrySettings;
@@ -47,6 +48,8 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
     let max_in_flight = c.value(&declared::MAX_IN_FLIGHT);
     let shares = shares(&mut c);
     let breaker = breaker(&mut c);
+    let rollout = rollout(&mut c, &mut per_merchant);
+    let experiment_retention = c.value(&declared::EXPERIMENT_RETENTION);
     let max_connection_age = c.value(&declared::MAX_CONNECTION_AGE);
     let max_connection_age_grace = c.value(&declared::MAX_CONNECTION_AGE_GRACE);
     let worker_threads = c.value(&declared::WORKER_THREADS);
@@ -71,11 +74,13 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
                 admission_memory_limit: admission_memory_limit?,
                 min_pin_count: min_pin_count?,
                 min_score_ratio: min_score_ratio?,
+                rollout: rollout?,
             },
             shutdown_grace: shutdown_grace?,
             max_in_flight: max_in_flight?,
             shares: shares?,
             breaker: breaker?,
+            experiment_retention: experiment_retention?,
             max_connection_age: max_connection_age?,
             max_connection_age_grace: max_connection_age_grace?,
             worker_threads: worker_threads?,
@@ -129,6 +134,47 @@ fn breaker(c: &mut Checker) -> Option<Option<BreakerSettings>> {
         max_tracked: max_tracked?,
     };
     Some(on?.then_some(settings))
+}
+
+/// The rollout: the mode and the holdout, each with its per-merchant
+/// values, and the experiment's salt, which is taken verbatim (its bytes
+/// are hashed; trimming them would draw another holdout).
+fn rollout(
+    c: &mut Checker,
+    per_merchant: &mut HashMap<&'static str, HashMap<String, Raw>>,
+) -> Option<Rollout> {
+    let mode = c.value(&declared::MODE);
+    let mode_for = per_merchant_values(
+        c,
+        &declared::MODE_FOR,
+        per_merchant.remove(declared::MODE_FOR.about.key),
+    );
+    let holdout = c.value(&declared::HOLDOUT);
+    let holdout_for = per_merchant_values(
+        c,
+        &declared::HOLDOUT_FOR,
+        per_merchant.remove(declared::HOLDOUT_FOR.about.key),
+    );
+    // Not an `_FILE` setting: this reads the given text as it is.
+    let salt = c
+        .optional_or_file(&declared::EXPERIMENT_SALT)
+        .unwrap_or_default();
+    Some(Rollout {
+        mode: mode?,
+        mode_for: by_id(mode_for),
+        holdout: holdout?,
+        holdout_for: by_id(holdout_for),
+        salt: salt.into_bytes(),
+    })
+}
+
+/// A family's values keyed by the merchant id's text, as the domain's
+/// [`Rollout`] keeps them.
+fn by_id<T>(values: HashMap<MerchantId, T>) -> HashMap<String, T> {
+    values
+        .into_iter()
+        .map(|(id, value)| (id.as_str().to_owned(), value))
+        .collect()
 }
 
 /// gRPC TLS and who may call the admin RPCs. The files are read and

@@ -1,5 +1,6 @@
 //! The command line: `[--config FILE] | --help | --version`, or a bulk
-//! subcommand (`import ...`, `export ...`) that reads its own arguments.
+//! subcommand (`import ...`, `export ...`, `report ...`) that reads its own
+//! arguments.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -17,6 +18,9 @@ pub enum CommandLine {
     Import(Vec<String>),
     /// `sticky-routing export ARGS`: the bulk export reads the arguments.
     Export(Vec<String>),
+    /// `sticky-routing report ARGS`: the experiment report reads the
+    /// arguments.
+    Report(Vec<String>),
 }
 
 /// `--help`: the usage line, then every setting from its declaration.
@@ -25,7 +29,8 @@ fn usage() -> String {
         "sticky-routing: sticky connector routing over gRPC, state in Redis\n\n\
          usage: sticky-routing [--config FILE]           serve gRPC\n\
          \x20      sticky-routing import [OPTIONS] FILE|-  apply historical outcomes (--help)\n\
-         \x20      sticky-routing export [OPTIONS] [FILE]  write every habit as rows (--help)\n\n\
+         \x20      sticky-routing export [OPTIONS] [FILE]  write every habit as rows (--help)\n\
+         \x20      sticky-routing report [OPTIONS]         the rollout's uplift per merchant (--help)\n\n\
          Settings come from built-in defaults, then the TOML file (--config FILE or\n\
          STICKY_ROUTING_CONFIG), then these environment variables:\n",
     );
@@ -70,6 +75,7 @@ pub fn parse_command_line(
     match args.first().map(String::as_str) {
         Some("import") => return Ok(CommandLine::Import(args[1..].to_vec())),
         Some("export") => return Ok(CommandLine::Export(args[1..].to_vec())),
+        Some("report") => return Ok(CommandLine::Report(args[1..].to_vec())),
         _ => {}
     }
     let mut config_file = None;

@@ -1,6 +1,7 @@
 //! The settings configuration owns, declared once each: the listeners,
 //! gRPC TLS and the admin list, the domain's rules (the domain is pure and
-//! reads nothing), the serving limits, the circuit breaker and the runtime. Storage declares
+//! reads nothing), the serving limits, the circuit breaker, the rollout
+//! (mode, holdout, experiment) and the runtime. Storage declares
 //! its Redis settings and telemetry its log format, each beside the code
 //! that reads them; [`all`] lists every declaration, in `--help` order.
 //!
@@ -25,17 +26,19 @@ use crate::domain::breaker::Share;
 use crate::domain::memory_guard::MemoryLimit;
 use crate::domain::percent::Percent;
 use crate::domain::pin::ScoreRatio;
+use crate::domain::rollout::{HoldoutShare, Mode};
 use crate::pki::AdminClients;
 use crate::{storage, telemetry};
 
 /// Every setting, in `--help` order: the server's, Redis's, the rules and
-/// limits, the circuit breaker, the log format, the runtime.
+/// limits, the circuit breaker, the rollout, the log format, the runtime.
 pub(super) fn all() -> impl Iterator<Item = &'static About> + Clone {
     SERVER
         .iter()
         .chain(storage::REDIS_SETTINGS)
         .chain(RULES_AND_LIMITS)
         .chain(CIRCUIT_BREAKER)
+        .chain(ROLLOUT)
         .chain(telemetry::TELEMETRY_SETTINGS)
         .chain(RUNTIME)
 }
@@ -84,6 +87,21 @@ settings! {
     BREAKER_MAX_TRACKED: usize = About::new("breaker_max_tracked", Text("100000"), "(merchant, connector) breakers one process keeps\nin memory, least recently used out; 1 to 100000000"), |t| whole_number(t, 1, 100_000_000);
 }
 
+// The per-merchant families here (`mode_`, `holdout_`) are read by prefix:
+// no other setting may start with one (a test holds it), which is why the
+// salt is `experiment_salt` and not `holdout_salt`, a merchant's holdout.
+settings! {
+    pub(super) ROLLOUT;
+    MODE: Mode = About::new("mode", Text("on"), "GetPin's mode: `on` pins; `shadow` decides as `on`\nbut answers would_pin only; `off` answers DISABLED\nand reads nothing (RecordOutcome records in all)"), Mode::parse;
+    /// The per-merchant override of [`MODE`].
+    MODE_FOR: Mode = About::new("mode_", Unset(""), "per-merchant mode").per_merchant(), Mode::parse;
+    HOLDOUT: HoldoutShare = About::new("holdout", Text("0%"), "share of each merchant's customers never pinned in\nmode `on` (reason HOLDOUT), 0% to 50%, to 0.01%"), HoldoutShare::parse;
+    /// The per-merchant override of [`HOLDOUT`].
+    HOLDOUT_FOR: HoldoutShare = About::new("holdout_", Unset(""), "per-merchant holdout share").per_merchant(), HoldoutShare::parse;
+    EXPERIMENT_SALT: String = About::new("experiment_salt", Unset("empty"), "bytes hashed before the ids to draw the holdout;\na new salt draws a new holdout"), |t| Ok(t.to_owned());
+    EXPERIMENT_RETENTION: Duration = About::new("experiment_retention", Text("35d"), "how long the experiment's daily counts are kept\nin Redis, at least 1d"), parse_retention;
+}
+
 settings! {
     pub(super) RUNTIME;
     WORKER_THREADS: usize = About::new("worker_threads", Cpus, "runtime threads, 1 to 1024"), |t| whole_number(t, 1, 1024);
@@ -116,6 +134,15 @@ fn parse_breaker_duration(text: &str) -> Result<Duration, String> {
     match parse_duration(text)? {
         d if d < Duration::from_secs(1) => Err(format!("`{text}` is shorter than 1s")),
         d if d > MAX_BREAKER_DURATION => Err(format!("`{text}` is longer than 1d")),
+        d => Ok(d),
+    }
+}
+
+/// The experiment's retention: whole seconds (a Redis TTL), at least a
+/// day, since the counts are kept by UTC day.
+fn parse_retention(text: &str) -> Result<Duration, String> {
+    match parse_whole_seconds(text)? {
+        d if d < Duration::from_secs(86_400) => Err(format!("`{text}` is shorter than 1d")),
         d => Ok(d),
     }
 }
@@ -195,6 +222,35 @@ mod tests {
                     family.key
                 );
             }
+        }
+    }
+
+    /// A family read by prefix must not swallow another family's names
+    /// either: `STICKY_ROUTING_HOLDOUT_x` is merchant `x`'s holdout, never
+    /// some other family's member.
+    #[test]
+    fn no_family_hides_in_another() {
+        let families: Vec<&About> = all().filter(|f| f.per_merchant).collect();
+        assert!(families.len() >= 3);
+        for a in &families {
+            for b in &families {
+                assert!(
+                    a.key == b.key || !a.key.starts_with(b.key),
+                    "{} would read as a merchant of {}",
+                    a.key,
+                    b.key
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn retention_is_at_least_a_day_in_whole_seconds() {
+        assert_eq!(parse_retention("35d"), Ok(Duration::from_secs(35 * 86_400)));
+        assert_eq!(parse_retention("1d"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(parse_retention("86400"), Ok(Duration::from_secs(86_400)));
+        for bad in ["23h", "86399", "0", "soon", ""] {
+            assert!(parse_retention(bad).is_err(), "{bad}");
         }
     }
 

@@ -8,6 +8,7 @@ use crate::storage::{Secret, redact_url};
 
 mod breaker;
 mod documents;
+mod rollout;
 mod shares;
 
 /// Writes a file under a per-process temporary folder.

@@ -4,7 +4,10 @@
 //! (contract v1.2 §3): per merchant a counts hash `sticky_brk_c{M}`, per
 //! (merchant, connector) an OPEN key `sticky_brk_o{M}C`, and one global
 //! index hash `sticky_brk_i` whose fields ([`index_trip_field`],
-//! [`index_override_field`]) name a pair by length prefix.
+//! [`index_override_field`]) name a pair by length prefix; and the
+//! experiment counts (contract v1.2 §4), one hash per merchant and UTC day
+//! `sticky_exp_{merchant}_{YYYYMMDD}` ([`experiment_key`]) with the fields
+//! [`EXPERIMENT_FIELDS`].
 //!
 //! The encoding must be injective, and no customer key may equal any other
 //! key of the service. The escape rule (documented in docs/contract.md):
@@ -151,6 +154,63 @@ pub fn parse_index_field(field: &str) -> Option<(IndexFieldKind, MerchantId, Str
     (back == field).then(|| (kind, merchant, connector.to_owned()))
 }
 
+/// Prefix of every experiment-count key (the ACL pattern `~sticky_exp_*`).
+pub const EXPERIMENT_KEY_PREFIX: &str = "sticky_exp_";
+
+/// The fields of an experiment hash, `<group>:<split>:<outcome>`: group
+/// `t` (treated), `h` (holdout), `s` (shadow); split `f` (followed), `o`
+/// (overridden), `-` (the holdout has none); outcome `s` (success), `f`
+/// (gateway failure). Each counts outcomes.
+pub const EXPERIMENT_FIELDS: [&str; 10] = [
+    "t:f:s", "t:f:f", "t:o:s", "t:o:f", "h:-:s", "h:-:f", "s:f:s", "s:f:f", "s:o:s", "s:o:f",
+];
+
+/// One merchant's experiment counts of one UTC day.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ExperimentKey(String);
+
+/// `sticky_exp_{M}_{YYYYMMDD}`: the merchant escaped as in customer and
+/// admission keys (its own `_` too, so the first `_` after the prefix ends
+/// it), then the day, eight digits (`day` is YYYYMMDD; a larger number is
+/// written whole, and still parses back). No hash tag: every call touches
+/// one key.
+pub fn experiment_key(merchant: &MerchantId, day: u32) -> ExperimentKey {
+    let mut key = String::with_capacity(EXPERIMENT_KEY_PREFIX.len() + merchant.as_str().len() + 9);
+    key.push_str(EXPERIMENT_KEY_PREFIX);
+    escape_into(&mut key, merchant.as_str(), true);
+    key.push('_');
+    key.push_str(&format!("{day:08}"));
+    ExperimentKey(key)
+}
+
+/// Inverts [`experiment_key`]: the merchant and day of `key`, or `None`
+/// for any key it cannot have made (so a stray key is skipped, never
+/// misread).
+pub fn parse_experiment_key(key: &str) -> Option<(MerchantId, u32)> {
+    let rest = key.strip_prefix(EXPERIMENT_KEY_PREFIX)?;
+    let (merchant, day) = rest.split_once('_')?;
+    if day.len() < 8 || !day.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let day: u32 = day.parse().ok()?;
+    let merchant = MerchantId::parse(&unescape(merchant, true)?).ok()?;
+    // Canonical only: trimmed ids, the day's own digits.
+    (experiment_key(&merchant, day) == key).then_some((merchant, day))
+}
+
+/// The SCAN `MATCH` pattern for the experiment keys of `merchant`, or of
+/// every merchant (glob characters of the id escaped, as in
+/// [`customer_key_pattern`]).
+pub fn experiment_key_pattern(merchant: Option<&MerchantId>) -> String {
+    let mut pattern = String::from(EXPERIMENT_KEY_PREFIX);
+    if let Some(merchant) = merchant {
+        push_glob_escaped(&mut pattern, merchant);
+        pattern.push('_');
+    }
+    pattern.push('*');
+    pattern
+}
+
 /// Every key kind reads as the Redis key it is.
 macro_rules! key_as_str {
     ($($key:ident),*) => {$(
@@ -175,7 +235,13 @@ macro_rules! key_as_str {
     )*};
 }
 
-key_as_str!(CustomerKey, AdmissionKey, BreakerCountsKey, BreakerOpenKey);
+key_as_str!(
+    CustomerKey,
+    AdmissionKey,
+    BreakerCountsKey,
+    BreakerOpenKey,
+    ExperimentKey
+);
 
 /// The (merchant, customer) whose hash `key` is: `None` for any key that
 /// [`customer_key`] cannot have made (another prefix, an escape it never
@@ -198,19 +264,25 @@ pub fn parse_customer_key(key: &str) -> Option<(MerchantId, CustomerId)> {
 pub fn customer_key_pattern(merchant: Option<&MerchantId>) -> String {
     let mut pattern = String::from(CUSTOMER_KEY_PREFIX);
     if let Some(merchant) = merchant {
-        let mut escaped = String::new();
-        escape_into(&mut escaped, merchant.as_str(), true);
-        for ch in escaped.chars() {
-            if matches!(ch, '*' | '?' | '[' | ']' | '\\') {
-                pattern.push('\\');
-            }
-            pattern.push(ch);
-        }
+        push_glob_escaped(&mut pattern, merchant);
         // The escaped merchant id holds no `_`: this one ends it.
         pattern.push('_');
     }
     pattern.push('*');
     pattern
+}
+
+/// The merchant id, escaped as keys hold it, with the glob characters of
+/// a `MATCH` pattern escaped too.
+fn push_glob_escaped(pattern: &mut String, merchant: &MerchantId) {
+    let mut escaped = String::new();
+    escape_into(&mut escaped, merchant.as_str(), true);
+    for ch in escaped.chars() {
+        if matches!(ch, '*' | '?' | '[' | ']' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(ch);
+    }
 }
 
 /// Undoes [`escape_into`]; `None` for text it cannot have written: a `%`
@@ -461,6 +533,130 @@ mod tests {
                 Connector::parse(&raw).ok().map(|c| c.as_str().to_owned())
             },
         )
+    }
+
+    #[test]
+    fn experiment_keys_follow_the_design_layout() {
+        let m = merchant("m1");
+        assert_eq!(experiment_key(&m, 20261202), "sticky_exp_m1_20261202");
+        assert_eq!(experiment_key(&m, 101), "sticky_exp_m1_00000101");
+        let odd = merchant("a_{b}%");
+        assert_eq!(
+            experiment_key(&odd, 20261202),
+            "sticky_exp_a%5F%7Bb%7D%25_20261202"
+        );
+        assert_eq!(
+            parse_experiment_key("sticky_exp_a%5F%7Bb%7D%25_20261202"),
+            Some((odd.clone(), 20261202))
+        );
+        // No hash tag: the escaped merchant holds no brace.
+        assert_eq!(
+            hash_tag(&experiment_key(&odd, 1)),
+            experiment_key(&odd, 1).as_str()
+        );
+        assert_eq!(experiment_key_pattern(None), "sticky_exp_*");
+        assert_eq!(
+            experiment_key_pattern(Some(&merchant("a*?[x]\\_{%}"))),
+            "sticky_exp_a\\*\\?\\[x\\]\\\\%5F%7B%25%7D_*"
+        );
+        let prefixes = [
+            CUSTOMER_KEY_PREFIX,
+            ADMISSION_KEY_PREFIX,
+            BREAKER_KEY_PREFIX,
+            EXPERIMENT_KEY_PREFIX,
+        ];
+        for a in prefixes {
+            for b in prefixes {
+                assert!(a == b || !a.starts_with(b), "{a} starts with {b}");
+            }
+        }
+        let fields: std::collections::BTreeSet<_> = EXPERIMENT_FIELDS.iter().collect();
+        assert_eq!(fields.len(), EXPERIMENT_FIELDS.len());
+    }
+
+    #[test]
+    fn experiment_keys_the_service_cannot_write_do_not_parse() {
+        for key in [
+            "sticky_exp_m1",             // no day
+            "sticky_exp__20261202",      // empty merchant
+            "sticky_exp_m1_2026120",     // seven digits
+            "sticky_exp_m1_2026120x",    // not a number
+            "sticky_exp_m1_020261202",   // a leading zero past eight digits
+            "sticky_exp_m1_+2026120",    // a sign
+            "sticky_exp_m_1_20261202",   // an unescaped `_` in the merchant
+            "sticky_exp_m%_20261202",    // a bare %
+            "sticky_exp_{m}_20261202",   // a raw hash tag
+            "sticky_exp_ m_20261202",    // not trimmed
+            "sticky_exp_m1_99999999999", // over u32
+            "sticky_gw_m1_20261202",     // a customer key
+        ] {
+            assert_eq!(parse_experiment_key(key), None, "{key:?}");
+        }
+        assert_eq!(
+            parse_experiment_key("sticky_exp_m1_4294967295"),
+            Some((merchant("m1"), u32::MAX))
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn experiment_keys_parse_back_to_their_merchant_and_day(
+            m in valid_id(40, piece()), day in any::<u32>(),
+        ) {
+            let mid = merchant(&m);
+            let key = experiment_key(&mid, day);
+            prop_assert!(!key.contains(['{', '}']), "{:?} holds a hash tag", key);
+            prop_assert_eq!(parse_experiment_key(&key), Some((mid.clone(), day)));
+            // Its merchant's pattern matches it; other merchants' do not
+            // start it (the pattern's `_` ends the merchant).
+            let pattern = experiment_key_pattern(Some(&mid));
+            let unescaped: String = pattern.trim_end_matches('*').replace('\\', "");
+            prop_assert!(key.starts_with(&unescaped));
+            prop_assert_eq!(parse_customer_key(&key), None);
+        }
+
+        #[test]
+        fn only_experiment_keys_the_service_writes_parse(
+            text in "sticky_exp_[a-z_%{}57BDF2 ]{0,8}_?[0-9]{0,10}",
+        ) {
+            if let Some((m, day)) = parse_experiment_key(&text) {
+                prop_assert_eq!(experiment_key(&m, day), text.as_str());
+            }
+        }
+
+        /// Every experiment key of a batch of ids that collide under naive
+        /// concatenation, and days whose digits could run into an id, is
+        /// distinct from every other, and from every customer, admission
+        /// and breaker key of the same ids.
+        #[test]
+        fn experiment_keys_are_injective_and_apart_from_other_keys(
+            pairs in prop::collection::btree_set(
+                (clashing_id(), prop::sample::select(vec![0u32, 1, 20261202, 20261203, 99_999_999, u32::MAX])),
+                1..30,
+            ),
+        ) {
+            let mut keys = std::collections::BTreeMap::new();
+            let mut put = |key: String, made_of: String| {
+                if let Some(before) = keys.insert(key.clone(), made_of.clone()) {
+                    prop_assert_eq!(&before, &made_of, "{:?} made twice", key);
+                }
+                Ok(())
+            };
+            put(BREAKER_INDEX_KEY.to_owned(), "index".into())?;
+            for (m, day) in &pairs {
+                let mid = merchant(m);
+                put(experiment_key(&mid, *day).as_str().into(), format!("experiment {m:?} {day}"))?;
+                put(admission_key(&mid).as_str().into(), format!("admission {m:?}"))?;
+                put(breaker_counts_key(&mid).as_str().into(), format!("counts {m:?}"))?;
+                let day_text = format!("{day:08}");
+                put(breaker_open_key(&mid, &day_text).as_str().into(), format!("open {m:?} {day}"))?;
+                let customer = CustomerId::parse(&day_text).unwrap();
+                put(
+                    customer_key(&mid, &customer).as_str().into(),
+                    format!("customer {m:?} {day_text}"),
+                )?;
+            }
+        }
     }
 
     proptest! {

@@ -18,8 +18,10 @@ pub mod percent;
 pub mod pin;
 pub mod priority;
 pub mod prune;
+pub mod rollout;
 pub mod rules;
 pub mod text;
+pub mod uplift;
 
 pub use ids::InvalidInput;
 pub use rules::Rules;

@@ -17,8 +17,8 @@ pub enum Class {
     Pin = 0,
     /// RecordOutcome: up to the feedback share.
     Feedback = 1,
-    /// GetHabits, ForgetCustomer, GetConnectorHealth, SetConnectorOverride
-    /// and every other method: up to the low share.
+    /// GetHabits, ForgetCustomer, GetConnectorHealth, SetConnectorOverride,
+    /// GetUplift and every other method: up to the low share.
     Admin = 2,
     /// Any call marked `x-request-priority: low`: up to the low share.
     Low = 3,
@@ -114,6 +114,7 @@ mod tests {
         assert_eq!(Class::of("ForgetCustomer", None), Class::Admin);
         assert_eq!(Class::of("GetConnectorHealth", None), Class::Admin);
         assert_eq!(Class::of("SetConnectorOverride", None), Class::Admin);
+        assert_eq!(Class::of("GetUplift", None), Class::Admin);
         assert_eq!(Class::of("NoSuchMethod", None), Class::Admin);
         for low in ["low", "LOW", "Low", "lOw"] {
             assert_eq!(Class::of("GetPin", Some(low.as_bytes())), Class::Low);

@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::admission::Budgets;
 use super::memory_guard::MemoryLimit;
 use super::pin::ScoreRatio;
+use super::rollout::Rollout;
 
 /// Every rule of the contract that an operator can tune.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +33,9 @@ pub struct Rules {
     /// The health veto's default bar, as a share of the top live score;
     /// a GetPin may override it.
     pub min_score_ratio: ScoreRatio,
+    /// GetPin's mode and holdout per merchant, and the holdout's salt
+    /// (contract v1.2 §4).
+    pub rollout: Rollout,
 }
 
 impl Rules {

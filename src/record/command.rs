@@ -20,6 +20,11 @@ pub struct RecordCommand {
     pub outcome: Outcome,
     /// The orchestrator's attempt id, when it sent one.
     pub attempt: Option<AttemptId>,
+    /// The connector GetPin named for this payment (`pin_connector`, contract
+    /// v1.2 §4), when the caller sent one. Nothing written to the customer's
+    /// hash depends on it: the experiment counts it (followed when it equals
+    /// `connector`, overridden otherwise).
+    pub pin_connector: Option<Connector>,
 }
 
 /// The text fields of one outcome as a caller sends them (a RecordOutcome
@@ -32,6 +37,8 @@ pub struct RawOutcome<'a> {
     pub payment_method_type: &'a str,
     pub connector: &'a str,
     pub attempt_id: &'a str,
+    /// Empty when GetPin named no connector or was not asked.
+    pub pin_connector: &'a str,
 }
 
 impl RecordCommand {
@@ -55,6 +62,11 @@ impl RecordCommand {
         let combo = Combo::new(&method, &method_type, &connector)?;
         let outcome = outcome()?;
         let attempt = AttemptId::parse(raw.attempt_id)?;
+        // Field 8: a connector by `connector`'s rules, or nothing when empty.
+        let pin_connector = match raw.pin_connector {
+            "" => None,
+            named => Some(Connector::parse_as(named, "pin_connector")?),
+        };
         Ok(Self {
             merchant,
             customer,
@@ -62,6 +74,7 @@ impl RecordCommand {
             connector,
             outcome,
             attempt,
+            pin_connector,
         })
     }
 }

@@ -30,6 +30,9 @@ type Incoming = Pin<Box<dyn Stream<Item = std::io::Result<Connection>> + Send>>;
 
 /// The longest the breaker's last flush may hold up the exit.
 const BREAKER_LAST_FLUSH: Duration = Duration::from_secs(2);
+/// The longest the experiment counts' last flush may hold up the exit (it
+/// runs alongside the breaker's).
+const EXPERIMENT_LAST_FLUSH: Duration = Duration::from_secs(2);
 
 /// How often readiness pings Redis.
 const REDIS_HEALTH_INTERVAL: Duration = Duration::from_millis(500);
@@ -48,6 +51,7 @@ impl Application {
         // Not on the tracker: it must end (with its last flush) before the
         // store closes, below.
         let breaker_cycle = self.breakers.as_ref().map(|b| b.start(shutdown.clone()));
+        let experiment_cycle = self.experiments.start(shutdown.clone());
         let metrics_server = telemetry::serve_metrics(
             self.metrics_listener,
             self.metrics,
@@ -116,12 +120,19 @@ impl Application {
             }
         };
 
-        // Every exit path: stop every task, let the breaker flush the counts
-        // of the calls it answered, close the store, wait for all.
+        // Every exit path: stop every task, let the breaker and the
+        // experiment flush the counts of the calls answered (both at once),
+        // close the store, wait for all.
         shutdown.cancel();
-        if let Some(cycle) = breaker_cycle {
-            let _ = tokio::time::timeout(BREAKER_LAST_FLUSH, cycle).await;
-        }
+        let breaker_flushed = async {
+            if let Some(cycle) = breaker_cycle {
+                let _ = tokio::time::timeout(BREAKER_LAST_FLUSH, cycle).await;
+            }
+        };
+        let experiment_flushed = async {
+            let _ = tokio::time::timeout(EXPERIMENT_LAST_FLUSH, experiment_cycle).await;
+        };
+        tokio::join!(breaker_flushed, experiment_flushed);
         store.quit().await;
         tasks.close();
         tasks.wait().await;

@@ -38,7 +38,7 @@ pub(crate) use ops::{
 pub use scan::{HashContents, HashScanner, ScanError, ScannedHash};
 pub use settings::{REDIS_SETTINGS, RedisSetting, RedisSettings, RedisUrl, Secret, redact_url};
 pub use store::{
-    BreakerTransition, ConnectorHealthRow, ConnectorSnapshot, ConnectorTally, IndexEntry,
-    RedisStore,
+    BreakerTransition, ConnectorHealthRow, ConnectorSnapshot, ConnectorTally, ExperimentCounts,
+    IndexEntry, RedisStore,
 };
 pub use tls::{ClientCertFiles, TlsError, TlsFile, TlsFiles};

@@ -55,6 +55,10 @@ const ADMISSION: &str = "sticky_adm__probe";
 /// family letter follows the prefix).
 #[cfg(test)]
 const BREAKER: &str = "sticky_brk__probe";
+/// An experiment key, likewise: a merchant id is never empty, so no
+/// experiment key starts `sticky_exp__`.
+#[cfg(test)]
+const EXPERIMENT: &str = "sticky_exp__probe";
 /// Any 40 hex digits: EVALSHA's ACL check reads its key, not its script.
 const ANY_SHA: &str = "0000000000000000000000000000000000000000";
 
@@ -98,6 +102,8 @@ const CUSTOMERS: &str = "sticky_gw_*";
 const ADMISSIONS: &str = "sticky_adm_*";
 #[cfg(test)]
 const BREAKERS: &str = "sticky_brk_*";
+#[cfg(test)]
+const EXPERIMENTS: &str = "sticky_exp_*";
 
 /// Everything the service and its scripts send. `scripts_call_nothing_unprobed`
 /// holds the scripts' commands to this list.
@@ -153,6 +159,28 @@ pub(super) const BREAKER_NEEDS: &[Need] = &[
     Need::on("+del", BREAKERS, &["DEL", BREAKER]),
     Need::on("+pttl", BREAKERS, &["PTTL", BREAKER]),
     Need::on("+pexpire", BREAKERS, &["PEXPIRE", BREAKER, "1"]),
+];
+
+/// What the experiment counts send: granted by `deploy/redis-acl.txt`, and
+/// not probed, as the breaker's are. The counts are written in the
+/// background and fail alone (contract: RecordOutcome stays one round
+/// trip and never fails because of them), so a Redis user without these
+/// keeps serving and shows the refusals as
+/// `experiment_io_failures_total` and a warning; GetUplift answers
+/// UNAVAILABLE. experiment_flush.lua's script calls and what it calls, and
+/// GetUplift's HGETALL.
+#[cfg(test)]
+pub(super) const EXPERIMENT_NEEDS: &[Need] = &[
+    Need::on(
+        "+evalsha",
+        EXPERIMENTS,
+        &["EVALSHA", ANY_SHA, "1", EXPERIMENT],
+    ),
+    Need::on("+eval", EXPERIMENTS, &["EVAL", "return 1", "1", EXPERIMENT]),
+    Need::on("+hgetall", EXPERIMENTS, &["HGETALL", EXPERIMENT]),
+    Need::on("+hmget", EXPERIMENTS, &["HMGET", EXPERIMENT, "f"]),
+    Need::on("+hincrby", EXPERIMENTS, &["HINCRBY", EXPERIMENT, "f", "1"]),
+    Need::on("+pexpire", EXPERIMENTS, &["PEXPIRE", EXPERIMENT, "1"]),
 ];
 
 /// probe.lua's arguments: each need's word count, then its words.

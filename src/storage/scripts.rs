@@ -130,6 +130,9 @@ pub struct Scripts {
     pub breaker_flush: LuaScript,
     pub breaker_transition: LuaScript,
     pub breaker_index: LuaScript,
+    /// The experiment counts' flush of one merchant's day
+    /// (`scripts/experiment_flush.lua`).
+    pub experiment_flush: LuaScript,
     /// The first three above, many calls per EVALSHA (bulk import only; see
     /// `scripts/batch.lua`).
     pub batch: Script,
@@ -201,6 +204,10 @@ impl Scripts {
                 RedisCommand::BreakerIndex,
                 include_str!("scripts/breaker_index.lua"),
             ),
+            experiment_flush: LuaScript::new(
+                RedisCommand::ExperimentFlush,
+                include_str!("scripts/experiment_flush.lua"),
+            ),
             batch: Script::from_lua(BATCH),
         }
     }
@@ -216,7 +223,7 @@ impl Scripts {
         }
     }
 
-    pub fn all(&self) -> [&LuaScript; 7] {
+    pub fn all(&self) -> [&LuaScript; 8] {
         [
             &self.record_success,
             &self.record_failure,
@@ -225,6 +232,7 @@ impl Scripts {
             &self.breaker_flush,
             &self.breaker_transition,
             &self.breaker_index,
+            &self.experiment_flush,
         ]
     }
 }

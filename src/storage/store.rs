@@ -2,14 +2,16 @@
 //! the connections of `topology/`, run by `exec/`.
 //!
 //! The public surface is what a caller may do with customer state: read it,
-//! forget it, check that Redis answers; and the connector circuit breaker's
-//! shared state (`store/breaker.rs`). The writes are crate-private typed
+//! forget it, check that Redis answers; the connector circuit breaker's
+//! shared state (`store/breaker.rs`); and the experiment counts
+//! (`store/experiment.rs`). The writes are crate-private typed
 //! [`Op`]s, run one at a time ([`RedisStore::run`]) or many at once
 //! ([`RedisStore::run_batch`]); the record plan (`record/plan.rs`) decides
 //! which ops an outcome makes, for RecordOutcome and the bulk import alike,
 //! so no caller can skip admission.
 
 mod breaker;
+mod experiment;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -36,6 +38,7 @@ use crate::telemetry::{Metrics, RedisCommand};
 pub use breaker::{
     BreakerTransition, ConnectorHealthRow, ConnectorSnapshot, ConnectorTally, IndexEntry,
 };
+pub use experiment::ExperimentCounts;
 
 /// The Redis-backed store. Cheap to clone: clones share the pool.
 #[derive(Clone)]

@@ -24,6 +24,7 @@ use crate::domain::admission::AdmissionRefusal;
 use crate::domain::breaker::VetoReason;
 use crate::domain::memory_guard::GuardReading;
 use crate::domain::priority::Class;
+use crate::domain::rollout::Group;
 
 /// Every metric family `/metrics` can show, as Prometheus names it
 /// (counters end in `_total`; a histogram's family is its base name, shown
@@ -49,6 +50,8 @@ pub const EXPORTED_METRICS: &[&str] = &[
     "sticky_routing_breaker_transitions_total",
     "sticky_routing_breakers_open",
     "sticky_routing_breaker_io_failures_total",
+    "sticky_routing_experiment_outcomes_total",
+    "sticky_routing_experiment_io_failures_total",
     "process_cpu_seconds_total",
     "process_resident_memory_bytes",
     "process_virtual_memory_bytes",
@@ -111,11 +114,16 @@ pub enum RedisCommand {
     /// GetConnectorHealth: HGETALL of the merchant's breaker counts and of
     /// the breaker index.
     BreakerHealth,
+    /// The experiment counts' background flush of one merchant's day:
+    /// experiment_flush.lua.
+    ExperimentFlush,
+    /// GetUplift: HGETALL of each day's experiment hash.
+    ExperimentRead,
 }
 
 impl RedisCommand {
     /// Every command, each at its own index.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 14] = [
         Self::ReadCombos,
         Self::ReadHabits,
         Self::Forget,
@@ -128,6 +136,8 @@ impl RedisCommand {
         Self::BreakerTransition,
         Self::BreakerIndex,
         Self::BreakerHealth,
+        Self::ExperimentFlush,
+        Self::ExperimentRead,
     ];
 
     pub fn label(self) -> &'static str {
@@ -144,6 +154,8 @@ impl RedisCommand {
             Self::BreakerTransition => "breaker_transition",
             Self::BreakerIndex => "breaker_index",
             Self::BreakerHealth => "breaker_health",
+            Self::ExperimentFlush => "experiment_flush",
+            Self::ExperimentRead => "experiment_read",
         }
     }
 }
@@ -170,6 +182,26 @@ fn veto_index(reason: VetoReason) -> usize {
         VetoReason::CircuitOpen => 1,
         VetoReason::CircuitHalfOpen => 2,
         VetoReason::ForcedOpen => 3,
+    }
+}
+
+/// The `group` label of `sticky_routing_experiment_outcomes_total`.
+pub fn group_label(group: Group) -> &'static str {
+    match group {
+        Group::Treated => "treated",
+        Group::Holdout => "holdout",
+        Group::Shadow => "shadow",
+    }
+}
+
+/// Every experiment [`Group`], each at the index [`group_index`] gives it.
+const GROUPS: [Group; 3] = [Group::Treated, Group::Holdout, Group::Shadow];
+
+fn group_index(group: Group) -> usize {
+    match group {
+        Group::Treated => 0,
+        Group::Holdout => 1,
+        Group::Shadow => 2,
     }
 }
 
@@ -219,6 +251,11 @@ pub struct Metrics {
     breaker_transitions: Counter<u64>,
     breakers_open: Gauge<u64>,
     breaker_io_failures: Counter<u64>,
+    experiment_outcomes: Counter<u64>,
+    /// `group` and `outcome` labels, per group at [`group_index`], success
+    /// then failure: built once, since RecordOutcome records one.
+    experiment_labels: [[[KeyValue; 2]; 2]; GROUPS.len()],
+    experiment_io_failures: Counter<u64>,
 }
 
 impl Metrics {
@@ -281,7 +318,8 @@ impl Metrics {
                      handing it to the Redis client to its answer, whatever the answer, by \
                      command: read_combos, read_habits, forget, record_success, \
                      record_failure, admit, ping, permission_probe, breaker_flush, \
-                     breaker_transition, breaker_index, breaker_health",
+                     breaker_transition, breaker_index, breaker_health, experiment_flush, \
+                     experiment_read",
                 )
                 .with_boundaries(REDIS_LATENCY_BUCKETS.to_vec())
                 .build(),
@@ -301,7 +339,7 @@ impl Metrics {
                     "Script calls that Redis answered NOSCRIPT (it forgot the script: a \
                      restart, a failover, SCRIPT FLUSH) and that were sent again as EVAL, by \
                      script: record_success, record_failure, admit, permission_probe, \
-                     breaker_flush, breaker_transition, breaker_index",
+                     breaker_flush, breaker_transition, breaker_index, experiment_flush",
                 )
                 .build(),
             admission_refusals: meter
@@ -341,6 +379,32 @@ impl Metrics {
                 .with_description(
                     "Circuit breaker reads or writes of Redis that failed, by operation; the \
                      breaker fails open, and no call fails because of it",
+                )
+                .build(),
+            experiment_outcomes: meter
+                .u64_counter("sticky_routing_experiment_outcomes")
+                .with_description(
+                    "RecordOutcome answers counted in the experiment (a pin_connector, mode \
+                     not off, not a duplicate), by group (treated, holdout, shadow) and \
+                     outcome (success, failure), as this instance counted them",
+                )
+                .build(),
+            experiment_labels: GROUPS.map(|group| {
+                ["success", "failure"].map(|outcome| {
+                    [
+                        KeyValue::new("group", group_label(group)),
+                        KeyValue::new("outcome", outcome),
+                    ]
+                })
+            }),
+            experiment_io_failures: meter
+                .u64_counter("sticky_routing_experiment_io_failures")
+                .with_description(
+                    "Experiment count reads or writes of Redis that failed, by operation: \
+                     flush (the background write; its counts are kept for the next one \
+                     when nothing was written), read (GetUplift), overflow (outcomes not \
+                     counted: too many merchants within one flush); no RecordOutcome fails \
+                     because of them",
                 )
                 .build(),
             registry,
@@ -434,6 +498,20 @@ impl Metrics {
     /// it from the engine's fixed set.
     pub fn breaker_io_failure(&self, op: &'static str) {
         self.breaker_io_failures.add(1, &[KeyValue::new("op", op)]);
+    }
+
+    /// One outcome counted in the experiment. No allocation: the labels
+    /// are built once, in [`Self::new`].
+    pub fn experiment_outcome(&self, group: Group, success: bool) {
+        let labels = &self.experiment_labels[group_index(group)][usize::from(!success)];
+        self.experiment_outcomes.add(1, labels);
+    }
+
+    /// `n` experiment reads, writes or outcomes that failed; `op` names
+    /// them from the engine's fixed set.
+    pub fn experiment_io_failures(&self, op: &'static str, n: u64) {
+        self.experiment_io_failures
+            .add(n, &[KeyValue::new("op", op)]);
     }
 
     /// Shows each Redis node (each primary, on Cluster) on `/metrics`:
@@ -710,6 +788,8 @@ mod tests {
         metrics.breaker_transition("closed", "open");
         metrics.set_breakers_open(0);
         metrics.breaker_io_failure("flush");
+        metrics.experiment_outcome(Group::Treated, true);
+        metrics.experiment_io_failures("flush", 1);
         metrics.watch_redis_nodes(|| {
             vec![GuardReading {
                 node: "10.0.0.1:6379".into(),
@@ -802,6 +882,30 @@ mod tests {
         }
         for (index, reason) in VETO_REASONS.into_iter().enumerate() {
             assert_eq!(veto_index(reason), index, "{reason:?}");
+        }
+    }
+
+    #[test]
+    fn experiment_instruments_render_with_their_labels() {
+        let metrics = Metrics::new().unwrap();
+        for group in GROUPS {
+            metrics.experiment_outcome(group, true);
+        }
+        metrics.experiment_outcome(Group::Holdout, false);
+        metrics.experiment_outcome(Group::Holdout, false);
+        metrics.experiment_io_failures("overflow", 7);
+        let text = metrics.render();
+        for line in [
+            "sticky_routing_experiment_outcomes_total{group=\"treated\",outcome=\"success\"} 1",
+            "sticky_routing_experiment_outcomes_total{group=\"holdout\",outcome=\"success\"} 1",
+            "sticky_routing_experiment_outcomes_total{group=\"shadow\",outcome=\"success\"} 1",
+            "sticky_routing_experiment_outcomes_total{group=\"holdout\",outcome=\"failure\"} 2",
+            "sticky_routing_experiment_io_failures_total{op=\"overflow\"} 7",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+        for (index, group) in GROUPS.into_iter().enumerate() {
+            assert_eq!(group_index(group), index, "{group:?}");
         }
     }
 

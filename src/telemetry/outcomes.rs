@@ -1,6 +1,7 @@
 //! How each GetPin and RecordOutcome call ended, as the outcome label of
 //! `sticky_routing_pins_total` and `sticky_routing_writes_total` and the
-//! call span's result. Enums with an `ALL` list, so the handlers, the
+//! call span's result. An answered GetPin's outcome is its answer's reason
+//! (contract v1.2 §4: GetPins by reason), `vetoed` being ALL_VETOED. Enums with an `ALL` list, so the handlers, the
 //! metrics and the dashboard's checks share one closed set of labels.
 
 /// Why a call got no answer; both RPCs count it the same way.
@@ -31,17 +32,27 @@ pub enum PinOutcome {
     Pinned,
     /// No connector qualifies: the customer has no habit for the combo.
     NoHabit,
-    /// There were candidates, and the health veto left none to pin.
+    /// There were candidates, and the vetoes left none to pin.
     Vetoed,
+    /// The rules picked a pin, but the customer is in the merchant's
+    /// holdout (contract v1.2 §4): not pinned.
+    Holdout,
+    /// The rules picked a pin, but the merchant is in shadow mode: not pinned.
+    Shadow,
+    /// The merchant's mode is off: nothing read, nothing pinned.
+    Disabled,
     Failed(CallFailure),
 }
 
 impl PinOutcome {
     /// Every outcome, so that a check can know the closed set.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 9] = [
         Self::Pinned,
         Self::NoHabit,
         Self::Vetoed,
+        Self::Holdout,
+        Self::Shadow,
+        Self::Disabled,
         Self::Failed(CallFailure::Invalid),
         Self::Failed(CallFailure::Error),
         Self::Failed(CallFailure::Denied),
@@ -53,6 +64,9 @@ impl PinOutcome {
             Self::Pinned => "pinned",
             Self::NoHabit => "no_habit",
             Self::Vetoed => "vetoed",
+            Self::Holdout => "holdout",
+            Self::Shadow => "shadow",
+            Self::Disabled => "disabled",
             Self::Failed(failure) => failure.label(),
         }
     }

@@ -226,6 +226,7 @@ fn full_name(rpc: &'static str) -> &'static str {
         "ForgetCustomer" => "sticky_routing.v1.StickyRouting/ForgetCustomer",
         "GetConnectorHealth" => "sticky_routing.v1.StickyRouting/GetConnectorHealth",
         "SetConnectorOverride" => "sticky_routing.v1.StickyRouting/SetConnectorOverride",
+        "GetUplift" => "sticky_routing.v1.StickyRouting/GetUplift",
         other => other,
     }
 }
@@ -310,6 +311,7 @@ mod tests {
             "ForgetCustomer",
             "GetConnectorHealth",
             "SetConnectorOverride",
+            "GetUplift",
         ] {
             assert_eq!(full_name(rpc), format!("{SERVICE}/{rpc}"));
         }

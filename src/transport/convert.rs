@@ -14,6 +14,8 @@ use crate::domain::counts::{Outcome, Recorded};
 use crate::domain::habits::Habit;
 use crate::domain::ids::{Connector, CustomerId, MerchantId, PaymentMethod, PaymentMethodType};
 use crate::domain::pin::{Candidate, PinChoice, PinQuery, ScoreRatio, Veto};
+use crate::domain::rollout::{PinAnswer, PinReason};
+use crate::domain::uplift::{GroupCounts, Uplift};
 use crate::record::{RawOutcome, RecordCommand};
 
 /// The most connectors a GetPin may list.
@@ -31,6 +33,7 @@ pub fn record_command(req: &pb::RecordOutcomeRequest) -> Result<RecordCommand, I
         payment_method_type: &req.payment_method_type,
         connector: &req.connector,
         attempt_id: &req.attempt_id,
+        pin_connector: &req.pin_connector,
     };
     RecordCommand::parse(raw, || match pb::Outcome::try_from(req.outcome) {
         Ok(pb::Outcome::Success) => Ok(Outcome::Success),
@@ -145,13 +148,19 @@ pub fn record_response(recorded: Recorded) -> pb::RecordOutcomeResponse {
     }
 }
 
-pub fn pin_response(choice: PinChoice) -> pb::GetPinResponse {
-    let (pinned, connector, net_count) = match choice.pin {
-        Some(pin) => (true, pin.connector, pin.net_count),
-        None => (false, String::new(), 0),
+/// GetPin's answer: the pin (or none) and why as the rollout decided
+/// (`answer`), with the candidates and vetoes the rules found (`choice`;
+/// `None` in mode off, where nothing was read).
+pub fn pin_response(choice: Option<PinChoice>, answer: PinAnswer) -> pb::GetPinResponse {
+    let (pinned, connector, net_count) = match answer.connector {
+        Some(pin) if answer.pinned => (true, pin.connector, pin.net_count),
+        _ => (false, String::new(), 0),
     };
-    let vetoes = choice
-        .vetoes
+    let (candidates, vetoed, vetoes) = match choice {
+        Some(choice) => (choice.candidates, choice.vetoed, choice.vetoes),
+        None => Default::default(),
+    };
+    let vetoes = vetoes
         .into_iter()
         .map(|(c, reason)| pb::Veto {
             connector: c.connector,
@@ -163,9 +172,22 @@ pub fn pin_response(choice: PinChoice) -> pb::GetPinResponse {
         pinned,
         connector,
         net_count,
-        candidates: connector_counts(choice.candidates),
-        vetoed: connector_counts(choice.vetoed),
+        candidates: connector_counts(candidates),
+        vetoed: connector_counts(vetoed),
+        reason: pin_reason(answer.reason).into(),
+        would_pin: answer.would_pin.unwrap_or_default(),
         vetoes,
+    }
+}
+
+pub fn pin_reason(reason: PinReason) -> pb::PinReason {
+    match reason {
+        PinReason::Pinned => pb::PinReason::Pinned,
+        PinReason::NoHabit => pb::PinReason::NoHabit,
+        PinReason::AllVetoed => pb::PinReason::AllVetoed,
+        PinReason::Holdout => pb::PinReason::Holdout,
+        PinReason::Shadow => pb::PinReason::Shadow,
+        PinReason::Disabled => pb::PinReason::Disabled,
     }
 }
 
@@ -175,6 +197,49 @@ fn veto_reason(reason: VetoReason) -> pb::VetoReason {
         VetoReason::CircuitOpen => pb::VetoReason::CircuitOpen,
         VetoReason::CircuitHalfOpen => pb::VetoReason::CircuitHalfOpen,
         VetoReason::ForcedOpen => pb::VetoReason::ForcedOpen,
+    }
+}
+
+/// The most UTC days GetUplift covers (contract v1.2 §4).
+pub const MAX_UPLIFT_DAYS: u32 = 35;
+/// The days GetUplift covers when the request says 0.
+pub const DEFAULT_UPLIFT_DAYS: u32 = 7;
+
+/// GetUplift's merchant and days: 1 to 35, 0 meaning 7.
+pub fn uplift_request(req: &pb::GetUpliftRequest) -> Result<(MerchantId, u32), InvalidInput> {
+    let merchant = MerchantId::parse(&req.merchant_id)?;
+    let days = match req.days {
+        0 => DEFAULT_UPLIFT_DAYS,
+        days @ 1..=MAX_UPLIFT_DAYS => days,
+        days => {
+            return Err(InvalidInput::new(
+                "days",
+                format!("is {days}; a report covers 1 to {MAX_UPLIFT_DAYS} days (0 means 7)"),
+            ));
+        }
+    };
+    Ok((merchant, days))
+}
+
+/// GetUplift's answer: each group's counts and success rate, the
+/// difference and its interval, `enough_data`. (The follow rate is the
+/// report's; the response carries treated's followed count instead.)
+pub fn uplift_response(uplift: &Uplift) -> pb::GetUpliftResponse {
+    let stats = |group: &GroupCounts| pb::GroupStats {
+        outcomes: group.outcomes,
+        successes: group.successes,
+        success_rate: group.success_rate(),
+        followed: group.followed,
+        overridden: group.overridden,
+    };
+    pb::GetUpliftResponse {
+        treated: Some(stats(&uplift.treated)),
+        holdout: Some(stats(&uplift.holdout)),
+        shadow: Some(stats(&uplift.shadow)),
+        difference: uplift.difference,
+        ci_low: uplift.ci_low,
+        ci_high: uplift.ci_high,
+        enough_data: uplift.enough_data,
     }
 }
 
@@ -287,6 +352,7 @@ pub fn habits_response(habits: Vec<Habit>, ttl_seconds: i64) -> pb::GetHabitsRes
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::rollout::{self, Mode};
 
     fn record_request() -> pb::RecordOutcomeRequest {
         pb::RecordOutcomeRequest {
@@ -297,6 +363,7 @@ mod tests {
             connector: "GIGADAT".into(),
             outcome: pb::Outcome::Success.into(),
             attempt_id: String::new(),
+            pin_connector: String::new(),
         }
     }
 
@@ -369,6 +436,31 @@ mod tests {
         );
     }
 
+    /// `pin_connector` is optional: empty is none, anything else a
+    /// connector by `connector`'s rules (kept exactly, blanks included),
+    /// named `pin_connector` when bad.
+    #[test]
+    fn a_pin_connector_is_optional_and_checked_like_connector() {
+        assert_eq!(record(|_| {}).unwrap().pin_connector, None);
+        let named = record(|r| r.pin_connector = "LOONIO".into()).unwrap();
+        assert_eq!(
+            named
+                .pin_connector
+                .map(|c| c.as_str().to_owned())
+                .as_deref(),
+            Some("LOONIO")
+        );
+        assert_eq!(named.connector.as_str(), "GIGADAT");
+        let spaced = record(|r| r.pin_connector = " Giga:Dat".into()).unwrap();
+        assert_eq!(spaced.pin_connector.unwrap().as_str(), " Giga:Dat");
+        for bad in ["a\u{7}", "x\u{200B}", &"c".repeat(65)] {
+            let err = record(|r| r.pin_connector = bad.to_owned()).unwrap_err();
+            assert_eq!(err.field, "pin_connector", "{bad:?}");
+            let as_connector = record(|r| r.connector = bad.to_owned()).unwrap_err();
+            assert_eq!(as_connector.reason, err.reason, "{bad:?}");
+        }
+    }
+
     /// Whether `field`, as an error names it, is the proto field `name`
     /// (a list's entry names its index: `eligible_connectors[0]`).
     fn is_field(field: &str, name: &str) -> bool {
@@ -435,11 +527,15 @@ mod tests {
         let mut good = record_request();
         good.attempt_id = "pay_1".into();
         let shared: [(&str, Spoil<pb::RecordOutcomeRequest>); 4] = shared_fields!();
-        let own: [(&str, Spoil<pb::RecordOutcomeRequest>); 3] = [
+        good.pin_connector = "GIGADAT".into();
+        let own: [(&str, Spoil<pb::RecordOutcomeRequest>); 4] = [
             ("connector", |r, v| r.connector = "c".repeat([61, 0][v])),
             ("outcome", |r, v| r.outcome = [0, 9][v]),
             ("attempt_id", |r, v| {
                 r.attempt_id = ["a\u{7}".into(), "x".repeat(129)][v].clone();
+            }),
+            ("pin_connector", |r, v| {
+                r.pin_connector = ["c\u{200B}".into(), "c".repeat(65)][v].clone();
             }),
         ];
         let fields: Vec<_> = shared.into_iter().chain(own).collect();
@@ -583,6 +679,29 @@ mod tests {
     }
 
     #[test]
+    fn get_uplift_names_its_lowest_numbered_bad_field_and_reads_0_as_7_days() {
+        let good = pb::GetUpliftRequest {
+            merchant_id: "m1".into(),
+            days: 35,
+        };
+        let fields: [(&str, Spoil<pb::GetUpliftRequest>); 2] = [
+            ("merchant_id", |r, v| r.merchant_id = BAD_TEXT[v].into()),
+            ("days", |r, v| r.days = [36, u32::MAX][v]),
+        ];
+        assert_lowest_bad_field_named("GetUplift", &good, &fields, |r| uplift_request(r).map(drop));
+        let days = |days| {
+            uplift_request(&pb::GetUpliftRequest {
+                days,
+                ..good.clone()
+            })
+        };
+        assert_eq!(days(0).unwrap().1, 7);
+        assert_eq!(days(1).unwrap().1, 1);
+        assert_eq!(days(35).unwrap().1, 35);
+        assert!(days(36).unwrap_err().reason.contains("36"));
+    }
+
+    #[test]
     fn connector_health_names_a_bad_merchant() {
         for bad in BAD_TEXT {
             let req = pb::GetConnectorHealthRequest {
@@ -688,7 +807,7 @@ mod tests {
             connector: connector.into(),
             net_count,
         };
-        let response = pin_response(PinChoice {
+        let choice = PinChoice {
             candidates: vec![candidate("A", 5), candidate("B", 4), candidate("C", 3)],
             vetoed: vec![candidate("A", 5), candidate("C", 3)],
             vetoes: vec![
@@ -696,7 +815,9 @@ mod tests {
                 (candidate("C", 3), VetoReason::Score),
             ],
             pin: Some(candidate("B", 4)),
-        });
+        };
+        let answer = rollout::answer(Mode::On, false, Some(&choice));
+        let response = pin_response(Some(choice), answer);
         let vetoes: Vec<_> = response
             .vetoes
             .iter()
@@ -710,11 +831,81 @@ mod tests {
             ]
         );
         assert_eq!(response.connector, "B");
+        assert_eq!(response.reason(), pb::PinReason::Pinned);
+        assert_eq!(response.would_pin, "B");
         for reason in [VetoReason::CircuitOpen, VetoReason::ForcedOpen] {
             assert_eq!(
                 veto_reason(reason).as_str_name(),
                 format!("VETO_REASON_{}", reason.label().to_uppercase())
             );
+        }
+    }
+
+    /// The answer's pin fields follow the rollout's answer, the lists the
+    /// rules' choice, whatever the mode; mode off lists nothing.
+    #[test]
+    fn the_reason_and_would_pin_follow_the_answer_and_the_lists_the_choice() {
+        let candidate = |connector: &str, net_count| Candidate {
+            connector: connector.into(),
+            net_count,
+        };
+        let choice = PinChoice {
+            candidates: vec![candidate("A", 5), candidate("B", 4)],
+            vetoed: vec![candidate("A", 5)],
+            vetoes: vec![(candidate("A", 5), VetoReason::CircuitOpen)],
+            pin: Some(candidate("B", 4)),
+        };
+        let cases = [
+            (Mode::Shadow, false, pb::PinReason::Shadow),
+            (Mode::Shadow, true, pb::PinReason::Shadow),
+            (Mode::On, true, pb::PinReason::Holdout),
+        ];
+        for (mode, held_out, reason) in cases {
+            let answer = rollout::answer(mode, held_out, Some(&choice));
+            let response = pin_response(Some(choice.clone()), answer);
+            assert!(!response.pinned, "{mode:?}");
+            assert_eq!(response.connector, "");
+            assert_eq!(response.net_count, 0);
+            assert_eq!(response.would_pin, "B");
+            assert_eq!(response.reason(), reason);
+            assert_eq!(response.candidates.len(), 2);
+            assert_eq!(response.vetoed.len(), 1);
+            assert_eq!(response.vetoes.len(), 1);
+        }
+        let off = pin_response(None, rollout::answer(Mode::Off, false, None));
+        assert_eq!(
+            off,
+            pb::GetPinResponse {
+                reason: pb::PinReason::Disabled.into(),
+                ..Default::default()
+            }
+        );
+        let vetoed = PinChoice {
+            pin: None,
+            vetoed: choice.candidates.clone(),
+            vetoes: vec![
+                (candidate("A", 5), VetoReason::CircuitOpen),
+                (candidate("B", 4), VetoReason::Score),
+            ],
+            ..choice.clone()
+        };
+        let response = pin_response(
+            Some(vetoed.clone()),
+            rollout::answer(Mode::Shadow, false, Some(&vetoed)),
+        );
+        assert_eq!(response.reason(), pb::PinReason::AllVetoed);
+        assert_eq!(response.would_pin, "");
+        for reason in [
+            PinReason::Pinned,
+            PinReason::NoHabit,
+            PinReason::AllVetoed,
+            PinReason::Holdout,
+            PinReason::Shadow,
+            PinReason::Disabled,
+        ] {
+            let name = pin_reason(reason).as_str_name();
+            assert!(name.starts_with("PIN_REASON_"), "{name}");
+            assert_ne!(pin_reason(reason), pb::PinReason::Unspecified);
         }
     }
 }

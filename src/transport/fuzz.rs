@@ -43,6 +43,7 @@ use super::pb;
 use super::pb::sticky_routing_server::StickyRoutingServer;
 use crate::domain::pin::ScoreRatio;
 use crate::domain::priority::Shares;
+use crate::domain::rollout::Mode;
 use crate::telemetry::Metrics;
 
 type Server = ApiGate<StickyRoutingServer<Backend>>;
@@ -134,6 +135,8 @@ const FIELDS: &[&str] = &[
     "min_score_ratio",
     "override",
     "ttl_seconds",
+    "pin_connector",
+    "days",
     "request",
 ];
 
@@ -163,6 +166,7 @@ fn validated(request: &Request, min_pin_count: i64) -> Result<(), String> {
         Request::Forget(r) => convert::customer_ref(&r.merchant_id, &r.customer_id).map(drop),
         Request::Health(r) => convert::connector_health_request(r).map(drop),
         Request::Override(r) => convert::connector_override(r).map(drop),
+        Request::Uplift(r) => convert::uplift_request(r).map(drop),
     };
     result.map_err(|invalid| invalid.field)
 }
@@ -185,9 +189,14 @@ fn check(case: &Case, answer: &Answer) -> Result<(), String> {
             )),
         };
     }
+    // The store's failure, for a call that reaches the store.
+    let failure = match case.target {
+        Target::Rpc(rpc) => case.answer.fails(rpc),
+        Target::Unknown(_) => None,
+    };
     if let Some(request) = &case.clean {
         let expected = validated(request, case.answer.min_pin_count);
-        let fine = match (&expected, case.answer.failure) {
+        let fine = match (&expected, failure) {
             (Err(field), _) => {
                 code == Code::InvalidArgument && message.starts_with(&format!("{field}: "))
             }
@@ -204,7 +213,7 @@ fn check(case: &Case, answer: &Answer) -> Result<(), String> {
         Code::OutOfRange => case.declares_over_limit(),
         Code::FailedPrecondition => breaker_off,
         Code::Unimplemented => matches!(case.target, Target::Unknown(_)) || case.encoding.is_some(),
-        other => case.answer.failure.map(failure_code) == Some(other),
+        other => failure.map(failure_code) == Some(other),
     };
     if fine {
         Ok(())
@@ -238,6 +247,7 @@ fn check_frame(case: &Case, frame: Option<&[u8]>) -> Result<(), String> {
         Rpc::SetConnectorOverride => {
             pb::SetConnectorOverrideResponse::decode(message).map_err(wrong)?;
         }
+        Rpc::GetUplift => drop(pb::GetUpliftResponse::decode(message).map_err(wrong)?),
         Rpc::GetConnectorHealth => {
             let health = pb::GetConnectorHealthResponse::decode(message).map_err(wrong)?;
             let names: Vec<&[u8]> = health
@@ -276,13 +286,47 @@ fn check_frame(case: &Case, frame: Option<&[u8]>) -> Result<(), String> {
                     veto.connector == vetoed.connector
                         && veto.net_count == vetoed.net_count
                         && veto.reason() != pb::VetoReason::Unspecified
-                });
+                })
+                && reason_agrees(&pin, case.answer.mode);
             if !sound {
                 return Err(format!("a pin that breaks the rules: {pin:?}"));
             }
         }
     }
     Ok(())
+}
+
+/// GetPin's reason agrees with the rest of its answer and the merchant's
+/// mode (contract v1.2 §4): pinned exactly when PINNED, `would_pin` equal
+/// to the pin then; HOLDOUT and SHADOW name a candidate not vetoed;
+/// NO_HABIT, ALL_VETOED and DISABLED name none; DISABLED (mode off alone)
+/// lists nothing, read nothing.
+fn reason_agrees(pin: &pb::GetPinResponse, mode: Mode) -> bool {
+    let named = |c: &str| {
+        pin.candidates.iter().any(|x| x.connector == c)
+            && !pin.vetoed.iter().any(|x| x.connector == c)
+    };
+    let lists_nothing = pin.candidates.is_empty() && pin.vetoed.is_empty() && pin.vetoes.is_empty();
+    let not_pinned = !pin.pinned && pin.connector.is_empty() && pin.net_count == 0;
+    match pin.reason() {
+        pb::PinReason::Pinned => mode == Mode::On && pin.pinned && pin.would_pin == pin.connector,
+        pb::PinReason::NoHabit => {
+            mode != Mode::Off && not_pinned && pin.would_pin.is_empty() && pin.candidates.is_empty()
+        }
+        pb::PinReason::AllVetoed => {
+            mode != Mode::Off
+                && not_pinned
+                && pin.would_pin.is_empty()
+                && !pin.candidates.is_empty()
+                && pin.vetoed == pin.candidates
+        }
+        pb::PinReason::Holdout => mode == Mode::On && not_pinned && named(&pin.would_pin),
+        pb::PinReason::Shadow => mode == Mode::Shadow && not_pinned && named(&pin.would_pin),
+        pb::PinReason::Disabled => {
+            mode == Mode::Off && not_pinned && pin.would_pin.is_empty() && lists_nothing
+        }
+        pb::PinReason::Unspecified => false,
+    }
 }
 
 /// Enough of a case to see what it was; `FUZZ_CASE` replays it whole.

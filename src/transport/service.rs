@@ -1,8 +1,10 @@
 //! The `sticky_routing.v1.StickyRouting` handlers. Each one validates its
 //! request into domain values, runs one operation (the record flow, one
 //! store read, or a call to the circuit breaker engine), and records
-//! metrics; the rules themselves live in `domain`, the record flow in
-//! `crate::record`, and the breakers in `crate::breaker`.
+//! metrics; the rules themselves live in `domain` (GetPin's mode and
+//! holdout, and the experiment's cells, in `domain::rollout`), the record
+//! flow in `crate::record`, the breakers in `crate::breaker`, and the
+//! experiment counts in `crate::experiment`.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -21,7 +23,9 @@ use crate::breaker::Breakers;
 use crate::domain::Rules;
 use crate::domain::counts::{Outcome, Recorded};
 use crate::domain::habits::ordered_habits;
-use crate::domain::pin::{choose_pin, choose_pin_with};
+use crate::domain::pin::{PinChoice, choose_pin, choose_pin_with};
+use crate::domain::rollout::{self, Group, Mode, PinAnswer, PinReason, Rollout, Split};
+use crate::experiment::Experiments;
 use crate::pki::{AdminClients, ClientIdentity};
 use crate::record::{RecordCommand, record_outcome};
 use crate::storage::{RedisStore, StorageError};
@@ -45,9 +49,15 @@ pub struct StickyRoutingService {
     /// `STICKY_ROUTING_BREAKER=off`: GetPin as in v1.1, nothing counted,
     /// and the breaker's admin RPCs answer `FAILED_PRECONDITION`.
     breakers: Option<Arc<Breakers>>,
+    /// The rollout's experiment counts: always there; RecordOutcome counts
+    /// in them only with a `pin_connector` and a mode other than `off`.
+    experiments: Arc<Experiments>,
 }
 
 impl StickyRoutingService {
+    // One argument per shared part, each built by startup; a struct
+    // holding them would only repeat this one's fields.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: RedisStore,
         metrics: Arc<Metrics>,
@@ -56,6 +66,7 @@ impl StickyRoutingService {
         call_ceiling: Duration,
         admin: AdminClients,
         breakers: Option<Arc<Breakers>>,
+        experiments: Arc<Experiments>,
     ) -> Self {
         Self {
             store,
@@ -65,6 +76,16 @@ impl StickyRoutingService {
             call_ceiling,
             admin,
             breakers,
+            experiments,
+        }
+    }
+
+    /// Counts an answered RecordOutcome in the experiment, when
+    /// [`experiment_cell`] says it counts.
+    fn count_for_experiment(&self, cmd: &RecordCommand, recorded: &Recorded) {
+        if let Some((group, split)) = experiment_cell(&self.rules.rollout, cmd, recorded) {
+            let success = cmd.outcome == Outcome::Success;
+            self.experiments.count(&cmd.merchant, group, split, success);
         }
     }
 
@@ -181,6 +202,40 @@ fn breaker_count(cmd: &RecordCommand, recorded: &Recorded) -> Option<bool> {
     }
 }
 
+/// The experiment cell an answered RecordOutcome counts in (contract v1.2
+/// §4): none without `pin_connector` (checked first: no hashing then), for
+/// a duplicate (by `breaker_count`'s reasoning: a retry must never count
+/// one payment twice), or in mode `off`; else the domain's cell, by the
+/// merchant's mode and, in mode `on`, the customer's holdout membership.
+fn experiment_cell(
+    rollout: &Rollout,
+    cmd: &RecordCommand,
+    recorded: &Recorded,
+) -> Option<(Group, Option<Split>)> {
+    let pin = cmd.pin_connector.as_ref()?;
+    if matches!(recorded, Recorded::Duplicate { .. }) {
+        return None;
+    }
+    let mode = rollout.mode_of(&cmd.merchant);
+    let held_out = mode == Mode::On && rollout.in_holdout(&cmd.merchant, &cmd.customer);
+    rollout::cell(mode, held_out, &cmd.connector, Some(pin))
+}
+
+/// How a GetPin ended: its answer's reason, or its failure.
+fn pin_outcome(result: &Result<(Option<PinChoice>, PinAnswer), ApiError>) -> PinOutcome {
+    match result {
+        Ok((_, answer)) => match answer.reason {
+            PinReason::Pinned => PinOutcome::Pinned,
+            PinReason::NoHabit => PinOutcome::NoHabit,
+            PinReason::AllVetoed => PinOutcome::Vetoed,
+            PinReason::Holdout => PinOutcome::Holdout,
+            PinReason::Shadow => PinOutcome::Shadow,
+            PinReason::Disabled => PinOutcome::Disabled,
+        },
+        Err(error) => PinOutcome::Failed(failure(error)),
+    }
+}
+
 /// How a failed call is counted.
 fn failure(error: &ApiError) -> CallFailure {
     match error {
@@ -212,6 +267,7 @@ impl StickyRouting for StickyRoutingService {
                 let recorded =
                     Box::pin(record_outcome(&self.store, &self.rules, &cmd, deadline)).await?;
                 self.count_for_breaker(&cmd, &recorded);
+                self.count_for_experiment(&cmd, &recorded);
                 Ok(recorded)
             }
             .await;
@@ -245,34 +301,46 @@ impl StickyRouting for StickyRoutingService {
                 let (merchant, customer, query) =
                     convert::pin_query(&req, self.rules.min_pin_count, self.rules.min_score_ratio)?;
                 traces::record_merchant(&span, merchant.as_str());
+                let rollout = &self.rules.rollout;
+                let mode = rollout.mode_of(&merchant);
+                // Off reads nothing (contract v1.2 §4): no Redis, no breaker.
+                if mode == Mode::Off {
+                    return Ok((None, rollout::answer(mode, false, None)));
+                }
                 // Boxed, as in record_outcome: see there.
                 let fields =
                     Box::pin(self.store.read_combos(&merchant, &customer, deadline)).await?;
                 // The breakers' states are in memory (the engine keeps them
                 // in step with Redis in the background): GetPin stays one
                 // Redis round trip.
-                Ok(match &self.breakers {
+                let choice = match &self.breakers {
                     Some(breakers) => {
                         choose_pin_with(&fields, &query, breakers.veto_for(&merchant))
                     }
                     None => choose_pin(&fields, &query),
-                })
+                };
+                // The holdout applies in mode on only, and a share of 0
+                // (the default) hashes nothing.
+                let held_out = mode == Mode::On
+                    && rollout::in_holdout(
+                        &rollout.salt,
+                        &merchant,
+                        &customer,
+                        rollout.holdout_of(&merchant),
+                    );
+                let answer = rollout::answer(mode, held_out, Some(&choice));
+                Ok((Some(choice), answer))
             }
             .await;
-            if let Ok(choice) = &result {
+            if let Ok((Some(choice), _)) = &result {
                 for (_, reason) in &choice.vetoes {
                     self.metrics.breaker_veto(*reason);
                 }
             }
-            let outcome = match &result {
-                Ok(choice) if choice.pin.is_some() => PinOutcome::Pinned,
-                Ok(choice) if choice.candidates.is_empty() => PinOutcome::NoHabit,
-                Ok(_) => PinOutcome::Vetoed,
-                Err(error) => PinOutcome::Failed(failure(error)),
-            };
+            let outcome = pin_outcome(&result);
             self.metrics.pin(outcome);
             traces::record_result(&span, outcome.label());
-            result.map(convert::pin_response)
+            result.map(|(choice, answer)| convert::pin_response(choice, answer))
         })
         .await
     }
@@ -383,6 +451,24 @@ impl StickyRouting for StickyRoutingService {
         })
         .await
     }
+
+    async fn get_uplift(
+        &self,
+        request: Request<pb::GetUpliftRequest>,
+    ) -> Result<Response<pb::GetUpliftResponse>, Status> {
+        const RPC: &str = "GetUplift";
+        let permitted = self.admin_permitted(&request);
+        self.handle(RPC, request, |req, deadline, span| async move {
+            if !permitted {
+                return Err(ApiError::NotAdmin(RPC));
+            }
+            let (merchant, days) = convert::uplift_request(&req)?;
+            traces::record_merchant(&span, merchant.as_str());
+            let uplift = self.experiments.uplift(&merchant, days, deadline).await?;
+            Ok(convert::uplift_response(&uplift))
+        })
+        .await
+    }
 }
 
 #[cfg(test)]
@@ -399,6 +485,7 @@ mod tests {
             connector: "GIGADAT".into(),
             outcome: outcome.into(),
             attempt_id: "pay_1".into(),
+            pin_connector: String::new(),
         })
         .unwrap()
     }
@@ -436,5 +523,72 @@ mod tests {
         let duplicate = Recorded::Duplicate { net_count: 3 };
         assert_eq!(breaker_count(&success, &duplicate), None);
         assert_eq!(breaker_count(&failure, &duplicate), None);
+    }
+
+    /// The experiment cell: none without pin_connector, for a duplicate,
+    /// or in mode off; treated or holdout by membership in mode on (a 50 %
+    /// holdout splits customers both ways), shadow in mode shadow, whatever
+    /// the holdout; followed when the call went to the named connector.
+    #[test]
+    fn an_answered_outcome_with_a_pin_connector_counts_in_its_cell() {
+        use crate::domain::rollout::HoldoutShare;
+        let with_pin = |customer: &str, connector: &str, pin: &str| {
+            convert::record_command(&pb::RecordOutcomeRequest {
+                merchant_id: "m1".into(),
+                customer_id: customer.into(),
+                payment_method: "interac".into(),
+                payment_method_type: "rtp".into(),
+                connector: connector.into(),
+                outcome: pb::Outcome::Success.into(),
+                attempt_id: String::new(),
+                pin_connector: pin.into(),
+            })
+            .unwrap()
+        };
+        let applied = Recorded::Applied {
+            net_count: 1,
+            pruned: 0,
+        };
+        let mut rollout = Rollout {
+            holdout: HoldoutShare::parse("50%").unwrap(),
+            ..Rollout::default()
+        };
+        let cell = |rollout: &Rollout, cmd: &RecordCommand, recorded: &Recorded| {
+            experiment_cell(rollout, cmd, recorded)
+        };
+        assert_eq!(
+            cell(&rollout, &command(pb::Outcome::Success), &applied),
+            None
+        );
+        let followed = with_pin("c1", "A", "A");
+        assert_eq!(
+            cell(&rollout, &followed, &Recorded::Duplicate { net_count: 1 }),
+            None
+        );
+        let mut groups = std::collections::BTreeSet::new();
+        for i in 0..64 {
+            let cmd = with_pin(&format!("c{i}"), "A", "B");
+            let got = cell(&rollout, &cmd, &Recorded::IgnoredNoHabit).unwrap();
+            let held_out = rollout.in_holdout(&cmd.merchant, &cmd.customer);
+            let expected = if held_out {
+                (Group::Holdout, None)
+            } else {
+                (Group::Treated, Some(Split::Overridden))
+            };
+            assert_eq!(got, expected);
+            groups.insert(format!("{got:?}"));
+        }
+        assert_eq!(
+            groups.len(),
+            2,
+            "a 50 % holdout splits 64 customers both ways"
+        );
+        rollout.mode = Mode::Shadow;
+        assert_eq!(
+            cell(&rollout, &followed, &applied),
+            Some((Group::Shadow, Some(Split::Followed)))
+        );
+        rollout.mode_for.insert("m1".into(), Mode::Off);
+        assert_eq!(cell(&rollout, &followed, &applied), None);
     }
 }

@@ -57,12 +57,9 @@ const BREAKER_STATES: &[&str] = &["closed", "open", "half_open"];
 /// RPCs' reads and writes.
 const BREAKER_IO_OPS: &[&str] = &["flush", "transition", "index", "poll", "health", "override"];
 
-/// The rollout experiment's groups, the `group` of
-/// `sticky_routing_experiment_outcomes_total`.
-const EXPERIMENT_GROUPS: &[&str] = &["treated", "holdout", "shadow"];
-
 /// The `op` of `sticky_routing_experiment_io_failures_total`: the
-/// background flush, GetUplift's read, and outcomes dropped at the bound.
+/// experiment's background flush, GetUplift's read, and the outcomes a full
+/// tally could not count.
 const EXPERIMENT_IO_OPS: &[&str] = &["flush", "read", "overflow"];
 
 const SEVERITIES: &[&str] = &["critical", "warning", "info"];
@@ -129,7 +126,9 @@ fn values_of(family: &str, label: &str) -> Option<Vec<&'static str>> {
             VETO_REASONS.map(|r| r.label()).to_vec()
         }
         ("sticky_routing_breaker_io_failures_total", "op") => BREAKER_IO_OPS.to_vec(),
-        ("sticky_routing_experiment_outcomes_total", "group") => EXPERIMENT_GROUPS.to_vec(),
+        ("sticky_routing_experiment_outcomes_total", "group") => {
+            vec!["treated", "holdout", "shadow"]
+        }
         ("sticky_routing_experiment_outcomes_total", "outcome") => vec!["success", "failure"],
         ("sticky_routing_experiment_io_failures_total", "op") => EXPERIMENT_IO_OPS.to_vec(),
         _ => return None,

@@ -68,6 +68,9 @@ impl Fields<'_> {
             payment_method_type: text(3),
             connector: text(4),
             attempt_id: text(7),
+            // Backfilled history answered no GetPin: the experiment counts
+            // no imported row.
+            pin_connector: "",
         };
         let command = RecordCommand::parse(raw, || {
             Outcome::from_word(text(5)).ok_or_else(|| {

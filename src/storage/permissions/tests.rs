@@ -4,7 +4,7 @@
 use super::*;
 use crate::domain::keys::{
     ADMISSION_KEY_PREFIX, BREAKER_INDEX_KEY, BREAKER_KEY_PREFIX, CUSTOMER_KEY_PREFIX,
-    parse_customer_key,
+    EXPERIMENT_KEY_PREFIX, parse_customer_key, parse_experiment_key,
 };
 
 /// Every Lua source the service sends.
@@ -35,6 +35,10 @@ const SCRIPTS: &[(&str, &str)] = &[
     (
         "breaker_index.lua",
         include_str!("../scripts/breaker_index.lua"),
+    ),
+    (
+        "experiment_flush.lua",
+        include_str!("../scripts/experiment_flush.lua"),
     ),
 ];
 
@@ -68,6 +72,7 @@ fn scripts_call_nothing_unprobed() {
                 NEEDS
                     .iter()
                     .chain(BREAKER_NEEDS)
+                    .chain(EXPERIMENT_NEEDS)
                     .any(|need| need.words[0] == command),
                 "{file} calls {command}, which the permission probe does not check: add it to NEEDS"
             );
@@ -84,7 +89,7 @@ fn the_deployed_acl_grants_every_need() {
         .filter(|line| !line.trim_start().starts_with('#'))
         .flat_map(str::split_whitespace)
         .collect();
-    for need in NEEDS.iter().chain(BREAKER_NEEDS) {
+    for need in NEEDS.iter().chain(BREAKER_NEEDS).chain(EXPERIMENT_NEEDS) {
         assert!(rules.contains(&need.grant), "{acl}\nlacks {}", need.grant);
         if let Some(keys) = need.keys {
             assert!(
@@ -111,6 +116,12 @@ fn probe_keys_are_in_the_families_and_never_a_customers_or_a_merchants() {
     assert!(
         !rest.starts_with("c{") && !rest.starts_with("o{"),
         "{BREAKER}"
+    );
+    assert!(EXPERIMENT.starts_with(EXPERIMENT_KEY_PREFIX));
+    assert_eq!(
+        parse_experiment_key(EXPERIMENT),
+        None,
+        "an empty merchant id"
     );
     for need in NEEDS {
         let pattern = need.keys.map(|keys| keys.trim_end_matches('*'));

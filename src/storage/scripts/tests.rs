@@ -166,6 +166,7 @@ mod attempts;
 mod batch;
 mod breaker;
 mod counts;
+mod experiment;
 mod import_mark;
 
 /// A store and an inspection client on one Redis, driven from sync proptest.

@@ -6,13 +6,14 @@
 
 use tonic::{Request, Response, Status};
 
-use super::requests::{StoreAnswer, StoreFailure};
+use super::requests::{Rpc, StoreAnswer, StoreFailure};
 use crate::domain::attempts::{self, AttemptId};
 use crate::domain::combo::{Combo, split_field};
 use crate::domain::habits::ordered_habits;
 use crate::domain::ids::{CustomerId, MAX_FIELD_BYTES, MAX_ID_BYTES, MerchantId};
 use crate::domain::keys::{self, ADMISSION_KEY_PREFIX, CUSTOMER_KEY_PREFIX};
 use crate::domain::pin::{ScoreRatio, choose_pin, choose_pin_with};
+use crate::domain::rollout::{self, Mode};
 use crate::domain::text;
 use crate::storage::{NoAnswer, NotApplied, StorageError};
 use crate::transport::convert;
@@ -44,9 +45,9 @@ impl StoreAnswer {
         }
     }
 
-    /// The store's failure, if the case has it fail.
-    fn outcome(&self) -> Result<(), ApiError> {
-        let error = match self.failure {
+    /// The store's failure, if the case has it fail `rpc`.
+    fn outcome_of(&self, rpc: Rpc) -> Result<(), ApiError> {
+        let error = match self.fails(rpc) {
             None => return Ok(()),
             Some(StoreFailure::Unavailable) => StorageError::Unavailable {
                 why: NotApplied::NoConnection,
@@ -75,7 +76,7 @@ impl StickyRouting for Backend {
             check_customer(&cmd.merchant, &cmd.customer);
             check_combo(&cmd.combo, &req);
             check_attempt(cmd.attempt.as_ref(), &req.attempt_id);
-            answer.outcome()?;
+            answer.outcome_of(Rpc::RecordOutcome)?;
             Ok(convert::record_response(answer.recorded))
         })())
     }
@@ -90,14 +91,23 @@ impl StickyRouting for Backend {
             let (merchant, customer, query) =
                 convert::pin_query(&req, answer.min_pin_count, ScoreRatio::DEFAULT)?;
             check_customer(&merchant, &customer);
-            answer.outcome()?;
+            if answer.mode == Mode::Off {
+                answer.outcome_of(Rpc::GetPin)?;
+                return Ok(convert::pin_response(
+                    None,
+                    rollout::answer(Mode::Off, false, None),
+                ));
+            }
+            answer.outcome_of(Rpc::GetPin)?;
             let choice = if answer.breaker_off {
                 choose_pin(&answer.fields, &query)
             } else {
                 let vetoes = &answer.breaker_vetoes;
                 choose_pin_with(&answer.fields, &query, |c| vetoes.get(c).copied())
             };
-            Ok(convert::pin_response(choice))
+            let held_out = answer.mode == Mode::On && answer.held_out;
+            let pin = rollout::answer(answer.mode, held_out, Some(&choice));
+            Ok(convert::pin_response(Some(choice), pin))
         })())
     }
 
@@ -110,7 +120,7 @@ impl StickyRouting for Backend {
         respond((|| {
             let (merchant, customer) = convert::customer_ref(&req.merchant_id, &req.customer_id)?;
             check_customer(&merchant, &customer);
-            answer.outcome()?;
+            answer.outcome_of(Rpc::GetHabits)?;
             let habits = ordered_habits(&answer.fields);
             Ok(convert::habits_response(habits, answer.ttl.max(0)))
         })())
@@ -125,7 +135,7 @@ impl StickyRouting for Backend {
         respond((|| {
             let (merchant, customer) = convert::customer_ref(&req.merchant_id, &req.customer_id)?;
             check_customer(&merchant, &customer);
-            answer.outcome()?;
+            answer.outcome_of(Rpc::ForgetCustomer)?;
             Ok(pb::ForgetCustomerResponse {
                 existed: answer.existed,
             })
@@ -141,7 +151,7 @@ impl StickyRouting for Backend {
         respond((|| {
             answer.breaker()?;
             convert::connector_health_request(&req)?;
-            answer.outcome()?;
+            answer.outcome_of(Rpc::GetConnectorHealth)?;
             Ok(convert::connector_health_response(answer.health.clone()))
         })())
     }
@@ -159,8 +169,24 @@ impl StickyRouting for Backend {
             if let Some((_, ttl)) = over {
                 assert!((1..=604_800).contains(&ttl.as_secs()), "{ttl:?}");
             }
-            answer.outcome()?;
+            answer.outcome_of(Rpc::SetConnectorOverride)?;
             Ok(pb::SetConnectorOverrideResponse {})
+        })())
+    }
+
+    /// Validation only: the counts are the experiment engine's, and an
+    /// empty report is a well-formed answer.
+    async fn get_uplift(
+        &self,
+        request: Request<pb::GetUpliftRequest>,
+    ) -> Result<Response<pb::GetUpliftResponse>, Status> {
+        let answer = answer_of(&request);
+        let req = request.into_inner();
+        respond((|| {
+            let (_, days) = convert::uplift_request(&req)?;
+            assert!((1..=35).contains(&days), "{days}");
+            answer.outcome_of(Rpc::GetUplift)?;
+            Ok(pb::GetUpliftResponse::default())
         })())
     }
 }

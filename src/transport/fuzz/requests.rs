@@ -12,9 +12,10 @@ use crate::breaker::ConnectorHealthRow;
 use crate::domain::admission::AdmissionRefusal;
 use crate::domain::breaker::{BreakerState, Counts, Override, OverrideUntil, VetoReason};
 use crate::domain::counts::Recorded;
+use crate::domain::rollout::Mode;
 use crate::transport::pb;
 
-/// The six RPCs of the service.
+/// The seven RPCs of the service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rpc {
     RecordOutcome,
@@ -23,16 +24,18 @@ pub enum Rpc {
     ForgetCustomer,
     GetConnectorHealth,
     SetConnectorOverride,
+    GetUplift,
 }
 
 impl Rpc {
-    pub const ALL: [Rpc; 6] = [
+    pub const ALL: [Rpc; 7] = [
         Rpc::RecordOutcome,
         Rpc::GetPin,
         Rpc::GetHabits,
         Rpc::ForgetCustomer,
         Rpc::GetConnectorHealth,
         Rpc::SetConnectorOverride,
+        Rpc::GetUplift,
     ];
 
     pub fn path(self) -> &'static str {
@@ -43,6 +46,7 @@ impl Rpc {
             Rpc::ForgetCustomer => "/sticky_routing.v1.StickyRouting/ForgetCustomer",
             Rpc::GetConnectorHealth => "/sticky_routing.v1.StickyRouting/GetConnectorHealth",
             Rpc::SetConnectorOverride => "/sticky_routing.v1.StickyRouting/SetConnectorOverride",
+            Rpc::GetUplift => "/sticky_routing.v1.StickyRouting/GetUplift",
         }
     }
 
@@ -62,6 +66,7 @@ pub enum Request {
     Forget(pb::ForgetCustomerRequest),
     Health(pb::GetConnectorHealthRequest),
     Override(pb::SetConnectorOverrideRequest),
+    Uplift(pb::GetUpliftRequest),
 }
 
 impl Request {
@@ -73,6 +78,7 @@ impl Request {
             Request::Forget(m) => m.encode_to_vec(),
             Request::Health(m) => m.encode_to_vec(),
             Request::Override(m) => m.encode_to_vec(),
+            Request::Uplift(m) => m.encode_to_vec(),
         }
     }
 
@@ -119,6 +125,22 @@ pub struct StoreAnswer {
     /// What the breakers answer GetConnectorHealth: any counts and times,
     /// in bytewise connector order as storage reads them.
     pub health: Vec<ConnectorHealthRow>,
+    /// The merchant's mode: in `Off` GetPin reads nothing, so the store's
+    /// failure never reaches it.
+    pub mode: Mode,
+    /// Whether the customer is in the holdout (counts in mode `On` only).
+    pub held_out: bool,
+}
+
+impl StoreAnswer {
+    /// Whether a call of `rpc` meets the store's failure: every call that
+    /// reads or writes Redis, which GetPin in mode off does not.
+    pub fn fails(&self, rpc: Rpc) -> Option<StoreFailure> {
+        match rpc {
+            Rpc::GetPin if self.mode == Mode::Off => None,
+            _ => self.failure,
+        }
+    }
 }
 
 /// A request of `rpc` with plausible fields, and now and then bad ones:
@@ -139,6 +161,11 @@ pub fn request(rng: &mut Rng, rpc: Rpc) -> Request {
                 String::new()
             } else {
                 g.id(ATTEMPTS)
+            },
+            pin_connector: if g.rng.one_in(2) {
+                String::new()
+            } else {
+                g.id(CONNECTORS)
             },
         }),
         Rpc::GetPin => Request::Pin(pb::GetPinRequest {
@@ -168,6 +195,10 @@ pub fn request(rng: &mut Rng, rpc: Rpc) -> Request {
             connector: g.id(CONNECTORS),
             r#override: g.override_kind(),
             ttl_seconds: g.ttl(),
+        }),
+        Rpc::GetUplift => Request::Uplift(pb::GetUpliftRequest {
+            merchant_id: g.id(MERCHANTS),
+            days: g.days(),
         }),
     }
 }
@@ -217,6 +248,15 @@ impl Gen<'_> {
         }
         let any = self.rng.next() as u32;
         *self.rng.pick(&[0, 604_801, u32::MAX, any])
+    }
+
+    /// GetUplift's days: plausible is 0 (7) to 35, spoiled is past it.
+    fn days(&mut self) -> u32 {
+        if !self.spoils() {
+            return *self.rng.pick(&[0, 1, 7, 35]);
+        }
+        let any = self.rng.next() as u32;
+        *self.rng.pick(&[36, u32::MAX, any])
     }
 
     /// How many entries a repeated field gets: mostly none or a few,
@@ -298,6 +338,8 @@ pub fn store_answer(rng: &mut Rng, request: Option<&Request>) -> StoreAnswer {
         .collect();
     StoreAnswer {
         breaker_off: rng.one_in(8),
+        mode: *rng.pick(&[Mode::On, Mode::On, Mode::Shadow, Mode::Off]),
+        held_out: rng.one_in(4),
         breaker_vetoes,
         health: health_rows(rng),
         fields,

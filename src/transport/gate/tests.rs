@@ -155,6 +155,7 @@ fn admin_and_low_calls_stop_at_the_low_share_whatever_their_method() {
         ("GetHabits", Some("high"), "1000"),
         ("GetConnectorHealth", None, "1000"),
         ("SetConnectorOverride", None, "1000"),
+        ("GetUplift", None, "1000"),
         ("RecordOutcome", Some("low"), "2000"),
         ("GetPin", Some("LOW"), "2000"),
     ] {
@@ -169,7 +170,7 @@ fn admin_and_low_calls_stop_at_the_low_share_whatever_their_method() {
     let mut feedback = Box::pin(gate.call(call_to("RecordOutcome", None)));
     assert_eq!(outcome(feedback.as_mut()), None);
     let text = gate.shared.metrics.render();
-    for (class, refused) in [("admin", 4), ("low", 2)] {
+    for (class, refused) in [("admin", 5), ("low", 2)] {
         let series = format!(
             "sticky_routing_refused_calls_total{{class=\"{class}\",reason=\"shed\"}} {refused}"
         );

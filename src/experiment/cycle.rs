@@ -1,0 +1,110 @@
+//! The experiment counts' background cycle: every [`TICK`], flush the
+//! tallies to Redis, one script call per (merchant, day), all at once; a
+//! last flush when the service stops.
+//!
+//! Its bound on "visible to a report within 2 s of the calls' answers": a
+//! count waits at most one tick in memory, then one script call (bounded
+//! by [`STEP_DEADLINE`]).
+//!
+//! A flush that certainly wrote nothing (Redis refused it, or it never
+//! left: no connection, a failover's fence) puts its counts back for the
+//! next tick, so a short outage loses none; one that may have written (no
+//! answer) does not, since counting again could count twice: the counts
+//! may then miss some outcomes, never count one twice.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::Experiments;
+use super::days::now_ms;
+use crate::storage::StorageError;
+
+/// How often tallies are flushed.
+pub(super) const TICK: Duration = Duration::from_millis(500);
+/// The longest one flush may take.
+const STEP_DEADLINE: Duration = Duration::from_secs(1);
+/// A failing Redis is logged at most this often (`/metrics` counts each).
+const LOG_FAILURES_EVERY_MS: i64 = 30_000;
+
+pub(super) async fn run(experiments: Arc<Experiments>, stop: CancellationToken) {
+    let mut ticker = tokio::time::interval(TICK);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            () = stop.cancelled() => {
+                // The calls answered before the shutdown still count.
+                flush(&experiments).await;
+                return;
+            }
+        }
+        flush(&experiments).await;
+    }
+}
+
+/// Sends every tally, one script per (merchant, day), all at once.
+pub(super) async fn flush(experiments: &Arc<Experiments>) {
+    let dropped = experiments.tally.take_dropped();
+    if dropped > 0 {
+        experiments
+            .metrics
+            .experiment_io_failures("overflow", dropped);
+        experiments.log_failure(&format!(
+            "{dropped} experiment outcomes were not counted: more than {} merchants \
+             were counted within one tick",
+            super::tally::MAX_MERCHANTS
+        ));
+    }
+    let taken = experiments.tally.take();
+    if taken.is_empty() {
+        return;
+    }
+    let deadline = Instant::now() + STEP_DEADLINE;
+    let mut flushes = JoinSet::new();
+    for (merchant, day, counts) in taken {
+        let experiments = experiments.clone();
+        flushes.spawn(async move {
+            let result = experiments
+                .store
+                .flush_experiment(&merchant, day, &counts, experiments.retention, deadline)
+                .await;
+            if let Err(error) = result {
+                if matches!(error, StorageError::Unavailable { .. }) {
+                    experiments.tally.put_back(&merchant, day, &counts);
+                }
+                experiments.io_failed("flush", &error);
+            }
+        });
+    }
+    while flushes.join_next().await.is_some() {}
+}
+
+impl Experiments {
+    /// Counts a failed experiment read or write, and logs it when Redis
+    /// has not failed the experiment lately.
+    pub(super) fn io_failed(&self, op: &'static str, error: &StorageError) {
+        self.metrics.experiment_io_failures(op, 1);
+        self.log_failure(&format!(
+            "an experiment count {op} failed: {error}; RecordOutcome is unaffected (further \
+             failures are counted in sticky_routing_experiment_io_failures_total, logged \
+             every 30 s)"
+        ));
+    }
+
+    fn log_failure(&self, message: &str) {
+        let now = now_ms();
+        let last = self.failure_logged_ms.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= LOG_FAILURES_EVERY_MS
+            && self
+                .failure_logged_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!("{message}");
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! The experiment counts on real Redis, through the store's calls: a flush
+//! adds into the day's hash and gives it the retention as its TTL, two
+//! flushes add up, a read sums nothing it should not, and nothing is ever
+//! written that could not be given its TTL.
+
+use std::time::Duration;
+
+use fred::interfaces::ClientLike;
+use fred::prelude::Value;
+use fred::types::{ClusterHash, CustomCommand};
+
+use super::*;
+use crate::domain::keys::EXPERIMENT_FIELDS;
+use crate::storage::ExperimentCounts;
+
+const DAY: u32 = 20261202;
+const RETENTION: Duration = Duration::from_secs(35 * 86_400);
+
+fn merchant(m: &str) -> MerchantId {
+    MerchantId::parse(m).unwrap()
+}
+
+fn counts(pairs: &[(&str, u64)]) -> ExperimentCounts {
+    let mut counts = ExperimentCounts::default();
+    for (field, n) in pairs {
+        let at = EXPERIMENT_FIELDS.iter().position(|f| f == field).unwrap();
+        counts.counts[at] = *n;
+    }
+    counts
+}
+
+impl Harness {
+    fn flush_exp(
+        &self,
+        m: &str,
+        day: u32,
+        c: &ExperimentCounts,
+        retention: Duration,
+    ) -> Result<(), StorageError> {
+        self.runtime.block_on(self.store.flush_experiment(
+            &merchant(m),
+            day,
+            c,
+            retention,
+            deadline(),
+        ))
+    }
+
+    fn read_exp(&self, m: &str, days: &[u32]) -> Vec<(u32, ExperimentCounts)> {
+        self.runtime
+            .block_on(self.store.read_experiment(&merchant(m), days, deadline()))
+            .unwrap()
+    }
+
+    fn exp_pttl(&self, key: &str) -> i64 {
+        self.runtime.block_on(self.inspect.pttl(key)).unwrap()
+    }
+
+    /// Every experiment key in this Redis.
+    fn experiment_keys(&self) -> Vec<String> {
+        self.runtime.block_on(async {
+            let keys: Value = self
+                .inspect
+                .custom(
+                    CustomCommand::new_static("KEYS", ClusterHash::Random, false),
+                    vec!["sticky_exp_*"],
+                )
+                .await
+                .unwrap();
+            keys.into_array()
+                .into_iter()
+                .map(|k| k.into_string().unwrap())
+                .collect()
+        })
+    }
+}
+
+fn exp_key(m: &str, day: u32) -> String {
+    keys::experiment_key(&merchant(m), day).as_str().to_owned()
+}
+
+#[test]
+fn flushes_add_into_the_days_hash_with_the_retention_as_ttl() {
+    let h = Harness::new();
+    let first = counts(&[("t:f:s", 3), ("t:o:f", 1), ("h:-:s", 2)]);
+    h.flush_exp("m_1", DAY, &first, RETENTION).unwrap();
+    // Another instance's counts of the same day add up.
+    let second = counts(&[("t:f:s", 4), ("s:f:f", 5)]);
+    h.flush_exp("m_1", DAY, &second, RETENTION).unwrap();
+    // The next day and another merchant stay apart.
+    h.flush_exp("m_1", DAY + 1, &counts(&[("h:-:f", 9)]), RETENTION)
+        .unwrap();
+    h.flush_exp("m", DAY, &counts(&[("t:f:s", 100)]), RETENTION)
+        .unwrap();
+
+    let key = exp_key("m_1", DAY);
+    assert_eq!(key, "sticky_exp_m%5F1_20261202");
+    let stored = h.hash(&key);
+    let expected: HashMap<String, i64> = [("t:f:s", 7), ("t:o:f", 1), ("h:-:s", 2), ("s:f:f", 5)]
+        .into_iter()
+        .map(|(f, n)| (f.to_owned(), n))
+        .collect();
+    assert_eq!(stored, expected);
+
+    // The read answers in the days' order, a day without a hash as zeros.
+    let read = h.read_exp("m_1", &[DAY + 1, DAY, DAY - 1]);
+    let mut both = first;
+    both.add(&second);
+    assert_eq!(
+        read,
+        vec![
+            (DAY + 1, counts(&[("h:-:f", 9)])),
+            (DAY, both),
+            (DAY - 1, ExperimentCounts::default()),
+        ]
+    );
+    assert_eq!(h.read_exp("m_1", &[]), vec![]);
+
+    // Every key has the retention as its TTL, renewed by every write.
+    let keys = h.experiment_keys();
+    assert_eq!(keys.len(), 3, "{keys:?}");
+    let retention_ms = RETENTION.as_millis() as i64;
+    for key in &keys {
+        let pttl = h.exp_pttl(key);
+        assert!(
+            pttl > retention_ms - 60_000 && pttl <= retention_ms,
+            "{key}: {pttl}"
+        );
+    }
+    h.flush_exp("m", DAY, &counts(&[("s:o:s", 1)]), Duration::from_secs(60))
+        .unwrap();
+    let pttl = h.exp_pttl(&exp_key("m", DAY));
+    assert!(pttl > 50_000 && pttl <= 60_000, "{pttl}");
+}
+
+#[test]
+fn no_counts_send_nothing_and_a_foreign_value_stops_the_flush_with_nothing_written() {
+    let h = Harness::new();
+    h.flush_exp("m", DAY, &ExperimentCounts::default(), RETENTION)
+        .unwrap();
+    assert!(h.experiment_keys().is_empty());
+
+    let key = exp_key("m", DAY);
+    let mut arranged = HashMap::new();
+    arranged.insert("t:f:s".to_owned(), 5);
+    h.arrange(&key, &arranged);
+    h.runtime.block_on(async {
+        let _: () = h.inspect.hset(&key, ("t:o:s", "x")).await.unwrap();
+    });
+    let flushed = h.flush_exp("m", DAY, &counts(&[("t:f:s", 1), ("t:o:s", 1)]), RETENTION);
+    assert!(
+        matches!(flushed, Err(StorageError::ForeignValue { .. })),
+        "{flushed:?}"
+    );
+    assert_eq!(h.raw(&key)["t:f:s"], b"5".to_vec(), "nothing was added");
+    let read = h
+        .runtime
+        .block_on(h.store.read_experiment(&merchant("m"), &[DAY], deadline()));
+    assert!(
+        matches!(read, Err(StorageError::ForeignValue { .. })),
+        "{read:?}"
+    );
+}
+
+#[test]
+fn flushes_and_reads_work_on_cluster() {
+    let cluster = test_support::redis_cluster::RedisCluster::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let settings = RedisSettings {
+        url: cluster.url().into(),
+        username: Some(SERVICE_USER.into()),
+        password: Some(Secret::new(SERVICE_PASSWORD)),
+        tls: None,
+        pool_size: 1,
+        command_timeout: Duration::from_secs(1),
+        queue_limit: 1024,
+    };
+    runtime.block_on(async {
+        let metrics = Arc::new(Metrics::new().unwrap());
+        let store = RedisStore::connect(&settings, &TaskTracker::new(), metrics).unwrap();
+        assert!(store.wait_connected(Duration::from_secs(10)).await);
+        // Days whose keys land on different primaries.
+        let m = merchant("shop-1");
+        let days: Vec<u32> = (1..=20).map(|d| 20261100 + d).collect();
+        for (n, day) in days.iter().enumerate() {
+            let c = counts(&[("t:f:s", n as u64 + 1), ("h:-:f", 1)]);
+            store
+                .flush_experiment(&m, *day, &c, RETENTION, deadline())
+                .await
+                .unwrap();
+        }
+        let read = store.read_experiment(&m, &days, deadline()).await.unwrap();
+        for (n, (day, c)) in read.iter().enumerate() {
+            assert_eq!(*day, days[n]);
+            assert_eq!(*c, counts(&[("t:f:s", n as u64 + 1), ("h:-:f", 1)]));
+        }
+        store.quit().await;
+    });
+}
+
+#[test]
+fn a_key_that_could_not_be_given_its_ttl_is_never_made() {
+    let h = Harness::new();
+    let revoke = ["ACL", "SETUSER", SERVICE_USER, "-pexpire"];
+    test_support::redis_server::redis_cli(h._redis.port, &revoke);
+    let flushed = h.flush_exp("m", DAY, &counts(&[("t:f:s", 1)]), RETENTION);
+    assert!(
+        matches!(
+            flushed,
+            Err(StorageError::Unavailable {
+                why: crate::storage::NotApplied::Permission,
+                ..
+            })
+        ),
+        "{flushed:?}"
+    );
+    assert!(h.experiment_keys().is_empty(), "{:?}", h.experiment_keys());
+}
