@@ -6,7 +6,7 @@
 //! [`EXPORTED_METRICS`] (a histogram through its `_bucket`, `_sum` or
 //! `_count`), each label it filters or groups by must be one the metric
 //! has, and each value it matches for `code`, `rpc`, `outcome`, `reason`,
-//! `class`, `from`, `to` or `op` must be one the service writes. A renamed metric or a misspelt outcome
+//! `class`, `from`, `to`, `op` or `group` must be one the service writes. A renamed metric or a misspelt outcome
 //! would otherwise show as an empty panel, or an alert that never fires,
 //! at the moment someone needs it. No Redis and no server: files only.
 
@@ -809,6 +809,18 @@ fn the_checker_catches_misspelt_metrics_labels_and_values() {
         (
             r#"sticky_routing_breaker_vetoes_total{reason="circuit"}"#,
             "reason=\"circuit\"",
+        ),
+        (
+            r#"sticky_routing_experiment_outcomes_total{group="control"}"#,
+            "group=\"control\"",
+        ),
+        (
+            r#"sticky_routing_experiment_outcomes_total{outcome="gateway_failure"}"#,
+            "outcome=\"gateway_failure\"",
+        ),
+        (
+            r#"sticky_routing_experiment_io_failures_total{op="poll"}"#,
+            "op=\"poll\"",
         ),
     ] {
         let problems = problems_of(expr);
