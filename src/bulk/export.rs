@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use super::Format;
-use crate::config::{self, Settings};
+use crate::config::Settings;
 use crate::domain::ids::MerchantId;
 use crate::domain::keys::customer_key_pattern;
 use crate::storage::{HashContents, HashScanner, ScanError, ScannedHash};
@@ -78,21 +78,13 @@ pub fn run(args: &[String], env: &HashMap<String, String>) -> ExitCode {
 }
 
 async fn run_on_runtime(args: &[String], env: &HashMap<String, String>) -> ExitCode {
-    let request = match parse_args(args) {
-        Ok(Some(request)) => request,
-        Ok(None) => {
-            crate::process::print_to_stdout(&format!("{HELP}\n"));
-            return ExitCode::SUCCESS;
-        }
-        Err(problem) => return fail(&format!("{problem}; see `sticky-routing export --help`")),
-    };
-    let settings = match Settings::load(request.config_file.as_deref(), env) {
-        Ok(settings) => settings,
-        Err(error) => return fail(&error.to_string()),
-    };
-    for name in config::unknown_variables(env.keys().map(String::as_str)) {
-        eprintln!("sticky-routing export: warning: unknown variable {name} ignored");
-    }
+    let (request, settings) =
+        match super::request_and_settings("export", args, env, HELP, parse_args, |request| {
+            request.config_file.as_deref()
+        }) {
+            Ok(started) => started,
+            Err(code) => return code,
+        };
     match export(&request, &settings).await {
         Ok(summary) => summary.report(),
         Err(problem) => fail(&problem),
@@ -100,8 +92,7 @@ async fn run_on_runtime(args: &[String], env: &HashMap<String, String>) -> ExitC
 }
 
 fn fail(problem: &str) -> ExitCode {
-    eprintln!("sticky-routing export: {problem}");
-    ExitCode::from(2)
+    super::fail("export", problem)
 }
 
 /// The arguments; `Ok(None)` for `--help`.

@@ -17,9 +17,12 @@ mod flags;
 pub mod import;
 pub mod report;
 
+use std::collections::HashMap;
 use std::path::Path;
+use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::config::{self, Settings};
 use crate::storage::RedisSettings;
 
 /// The columns every row has, in the order export writes them.
@@ -117,6 +120,45 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .worker_threads(2)
         .enable_all()
         .build()
+}
+
+/// A read-only bulk command's start (`export`, `report`): its arguments
+/// parsed (`--help` printed), then the settings loaded as the server loads
+/// them from `config_file` and `env`, with a warning for each unknown
+/// variable. `Err` is the exit code to end with, its reason already said.
+pub fn request_and_settings<R>(
+    command: &str,
+    args: &[String],
+    env: &HashMap<String, String>,
+    help: &str,
+    parse: impl FnOnce(&[String]) -> Result<Option<R>, String>,
+    config_file: impl FnOnce(&R) -> Option<&Path>,
+) -> Result<(R, Settings), ExitCode> {
+    let request = match parse(args) {
+        Ok(Some(request)) => request,
+        Ok(None) => {
+            crate::process::print_to_stdout(&format!("{help}\n"));
+            return Err(ExitCode::SUCCESS);
+        }
+        Err(problem) => {
+            return Err(fail(
+                command,
+                &format!("{problem}; see `sticky-routing {command} --help`"),
+            ));
+        }
+    };
+    let settings = Settings::load(config_file(&request), env)
+        .map_err(|error| fail(command, &error.to_string()))?;
+    for name in config::unknown_variables(env.keys().map(String::as_str)) {
+        eprintln!("sticky-routing {command}: warning: unknown variable {name} ignored");
+    }
+    Ok((request, settings))
+}
+
+/// Says why `command` could not run, and ends it with exit code 2.
+pub fn fail(command: &str, problem: &str) -> ExitCode {
+    eprintln!("sticky-routing {command}: {problem}");
+    ExitCode::from(2)
 }
 
 #[cfg(test)]

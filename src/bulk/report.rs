@@ -23,7 +23,7 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 
-use crate::config::{self, Settings};
+use crate::config::Settings;
 use crate::domain::ids::MerchantId;
 use crate::domain::keys::{experiment_key_pattern, parse_experiment_key};
 use crate::domain::uplift::{GroupCounts, Uplift};
@@ -80,21 +80,13 @@ pub fn run(args: &[String], env: &HashMap<String, String>) -> ExitCode {
 }
 
 async fn run_on_runtime(args: &[String], env: &HashMap<String, String>) -> ExitCode {
-    let request = match parse_args(args) {
-        Ok(Some(request)) => request,
-        Ok(None) => {
-            crate::process::print_to_stdout(&format!("{HELP}\n"));
-            return ExitCode::SUCCESS;
-        }
-        Err(problem) => return fail(&format!("{problem}; see `sticky-routing report --help`")),
-    };
-    let settings = match Settings::load(request.config_file.as_deref(), env) {
-        Ok(settings) => settings,
-        Err(error) => return fail(&error.to_string()),
-    };
-    for name in config::unknown_variables(env.keys().map(String::as_str)) {
-        eprintln!("sticky-routing report: warning: unknown variable {name} ignored");
-    }
+    let (request, settings) =
+        match super::request_and_settings("report", args, env, HELP, parse_args, |request| {
+            request.config_file.as_deref()
+        }) {
+            Ok(started) => started,
+            Err(code) => return code,
+        };
     let wanted = days::last_days(request.days, days::now_ms());
     let read = match read_counts(&request, &settings, &wanted).await {
         Ok(read) => read,
@@ -120,8 +112,7 @@ async fn run_on_runtime(args: &[String], env: &HashMap<String, String>) -> ExitC
 }
 
 fn fail(problem: &str) -> ExitCode {
-    eprintln!("sticky-routing report: {problem}");
-    ExitCode::from(2)
+    super::fail("report", problem)
 }
 
 /// The arguments; `Ok(None)` for `--help`.

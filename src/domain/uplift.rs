@@ -10,6 +10,11 @@
 /// The normal quantile of a two-sided 95 % interval, as the contract fixes it.
 pub const Z_95: f64 = 1.959964;
 
+/// The most UTC days GetUplift and the report cover.
+pub const MAX_DAYS: u32 = 35;
+/// The days GetUplift covers when asked for 0.
+pub const DEFAULT_DAYS: u32 = 7;
+
 /// Wilson's score interval for `successes` out of `n`, clamped to [0, 1]
 /// (it is inside in exact arithmetic; rounding can step out by an ulp).
 /// With `n` = 0 nothing is known: (0, 1).

@@ -31,10 +31,7 @@ use crate::storage::{ExperimentCounts, RedisStore, StorageError};
 use crate::telemetry::Metrics;
 use tally::Tally;
 
-/// The most days GetUplift and the report cover (the contract's bound).
-pub const MAX_DAYS: u32 = 35;
-/// The days GetUplift covers when asked for 0.
-pub const DEFAULT_DAYS: u32 = 7;
+pub use crate::domain::uplift::{DEFAULT_DAYS, MAX_DAYS};
 
 /// Every merchant's experiment counts.
 pub struct Experiments {

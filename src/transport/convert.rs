@@ -15,7 +15,7 @@ use crate::domain::habits::Habit;
 use crate::domain::ids::{Connector, CustomerId, MerchantId, PaymentMethod, PaymentMethodType};
 use crate::domain::pin::{Candidate, PinChoice, PinQuery, ScoreRatio, Veto};
 use crate::domain::rollout::{PinAnswer, PinReason};
-use crate::domain::uplift::{GroupCounts, Uplift};
+use crate::domain::uplift::{self, GroupCounts, Uplift};
 use crate::record::{RawOutcome, RecordCommand};
 
 /// The most connectors a GetPin may list.
@@ -200,21 +200,20 @@ fn veto_reason(reason: VetoReason) -> pb::VetoReason {
     }
 }
 
-/// The most UTC days GetUplift covers (contract v1.2 §4).
-pub const MAX_UPLIFT_DAYS: u32 = 35;
-/// The days GetUplift covers when the request says 0.
-pub const DEFAULT_UPLIFT_DAYS: u32 = 7;
-
 /// GetUplift's merchant and days: 1 to 35, 0 meaning 7.
 pub fn uplift_request(req: &pb::GetUpliftRequest) -> Result<(MerchantId, u32), InvalidInput> {
     let merchant = MerchantId::parse(&req.merchant_id)?;
     let days = match req.days {
-        0 => DEFAULT_UPLIFT_DAYS,
-        days @ 1..=MAX_UPLIFT_DAYS => days,
+        0 => uplift::DEFAULT_DAYS,
+        days @ 1..=uplift::MAX_DAYS => days,
         days => {
             return Err(InvalidInput::new(
                 "days",
-                format!("is {days}; a report covers 1 to {MAX_UPLIFT_DAYS} days (0 means 7)"),
+                format!(
+                    "is {days}; a report covers 1 to {} days (0 means {})",
+                    uplift::MAX_DAYS,
+                    uplift::DEFAULT_DAYS
+                ),
             ));
         }
     };
