@@ -22,16 +22,16 @@
 //!   each owner;
 //! - [`startup`]: wires everything into an [`startup::Application`] and
 //!   runs it;
-//! - [`bulk`]: the `import` and `export` subcommands, which reach Redis
+//! - [`bulk`]: the `import`, `export` and `report` subcommands, which reach Redis
 //!   through the same settings, store and rules as the server.
 //!
 //! Every import points to a module earlier in this list, never to a later
 //! one:
 //! - `telemetry` → `domain`, `declare`;
 //! - `storage` → `domain`, `telemetry`, `declare`, `pki`;
-//! - `record` → `domain`, `storage`;
-//! - `breaker` → `domain`, `storage`, `telemetry`;
-//! - `experiment` → `domain`, `storage`, `telemetry`;
+//! - `record` → `domain`, `storage`, `process`;
+//! - `breaker` → `domain`, `storage`, `telemetry`, `process`;
+//! - `experiment` → `domain`, `storage`, `telemetry`, `process`;
 //! - `transport` → `domain`, `record`, `breaker`, `experiment`, `storage`,
 //!   `telemetry`, `pki`;
 //! - `config` → `domain`, `storage`, `telemetry`, `declare`, `pki`;

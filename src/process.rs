@@ -1,6 +1,7 @@
 //! What a command of this binary needs from its process, whichever command
-//! it is (the server, `import`, `export`): the signal that stops it, and a
-//! stdout that a closed pipe does not panic.
+//! it is (the server, `import`, `export`, `report`): the signal that stops
+//! it, a stdout that a closed pipe does not panic, and the wall clock as the
+//! Unix milliseconds every time kept in Redis is written in.
 //!
 //! Here, below both the server's wiring and the bulk commands, so that
 //! neither reaches into the other for them.
@@ -38,4 +39,13 @@ pub fn print_to_stdout(text: &str) {
     let _ = stdout
         .write_all(text.as_bytes())
         .and_then(|()| stdout.flush());
+}
+
+/// Now, in Unix milliseconds (0 before 1970, saturated far after): the
+/// admission windows, the breaker's buckets and the experiment's days all
+/// read the clock here.
+pub fn unix_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

@@ -17,9 +17,10 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::{Breakers, unix_ms};
+use super::Breakers;
 use crate::domain::breaker::{BreakerState, ProbeVerdict, Tripped, probes_decide, state_at, trips};
 use crate::domain::ids::MerchantId;
+use crate::process::unix_millis;
 use crate::storage::{BreakerTransition, ConnectorSnapshot, StorageError};
 
 /// How often tallies are flushed and the index is read.
@@ -55,7 +56,7 @@ async fn flush(breakers: &Arc<Breakers>) {
     if by_merchant.is_empty() {
         return;
     }
-    let now = unix_ms();
+    let now = unix_millis();
     let deadline = Instant::now() + STEP_DEADLINE;
     let mut flushes = JoinSet::new();
     for (merchant, tallies) in by_merchant {
@@ -173,7 +174,7 @@ async fn decide(breakers: &Breakers, merchant: &MerchantId, snapshot: ConnectorS
 
 /// Reads the index into the view.
 async fn poll(breakers: &Breakers) {
-    let now = unix_ms();
+    let now = unix_millis();
     let deadline = Instant::now() + STEP_DEADLINE;
     match breakers
         .store
@@ -232,7 +233,7 @@ struct Seen {
 
 impl Seen {
     fn observe(&mut self, breakers: &Breakers) {
-        let now = unix_ms();
+        let now = unix_millis();
         let settings = &breakers.settings;
         let snapshot = breakers.view.load();
         let fresh = snapshot.fresh(now, settings);
@@ -286,7 +287,7 @@ impl Breakers {
     /// not failed the breaker lately.
     fn io_failed(&self, op: &'static str, error: &StorageError) {
         self.metrics.breaker_io_failure(op);
-        let now = unix_ms();
+        let now = unix_millis();
         let last = self.failure_logged_ms.load(Ordering::Relaxed);
         if now.saturating_sub(last) >= LOG_FAILURES_EVERY_MS
             && self

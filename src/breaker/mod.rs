@@ -26,7 +26,7 @@ mod view;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -36,6 +36,7 @@ use crate::domain::breaker::{
     breaker_veto, count_into, state_at,
 };
 use crate::domain::ids::{Connector, MerchantId};
+use crate::process::unix_millis;
 pub use crate::storage::ConnectorHealthRow;
 use crate::storage::{RedisStore, StorageError};
 use crate::telemetry::Metrics;
@@ -86,7 +87,7 @@ impl Breakers {
         let mut probe = None;
         move |connector| {
             let entry = *snapshot.entry(merchant.as_str(), connector)?;
-            let now = *now_ms.get_or_insert_with(unix_ms);
+            let now = *now_ms.get_or_insert_with(unix_millis);
             if !snapshot.fresh(now, &self.settings) {
                 return None;
             }
@@ -101,7 +102,7 @@ impl Breakers {
     /// breaker: where it goes (a window bucket, the half-open probes, or
     /// nowhere while OPEN) is decided by this instance's view now.
     pub fn count(&self, merchant: &MerchantId, connector: &Connector, failed: bool) {
-        let now = unix_ms();
+        let now = unix_millis();
         let snapshot = self.view.load();
         let tripped = snapshot
             .entry(merchant.as_str(), connector.as_str())
@@ -123,7 +124,7 @@ impl Breakers {
     ) -> Result<Vec<ConnectorHealthRow>, StorageError> {
         let result = self
             .store
-            .breaker_health(merchant, unix_ms(), &self.settings, deadline)
+            .breaker_health(merchant, unix_millis(), &self.settings, deadline)
             .await;
         if result.is_err() {
             self.metrics.breaker_io_failure("health");
@@ -140,7 +141,7 @@ impl Breakers {
         over: Option<(Override, Duration)>,
         deadline: Instant,
     ) -> Result<(), StorageError> {
-        let now = unix_ms();
+        let now = unix_millis();
         let over = over.map(|(kind, ttl)| OverrideUntil {
             kind,
             until_ms: now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)),
@@ -163,13 +164,6 @@ impl Breakers {
             }
         }
     }
-}
-
-/// Now, as the Unix milliseconds every breaker time is kept in.
-fn unix_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// True for about `share` of calls: the half-open probe's draw. The

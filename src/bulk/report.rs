@@ -87,7 +87,7 @@ async fn run_on_runtime(args: &[String], env: &HashMap<String, String>) -> ExitC
             Ok(started) => started,
             Err(code) => return code,
         };
-    let wanted = days::last_days(request.days, days::now_ms());
+    let wanted = days::last_days(request.days, crate::process::unix_millis());
     let read = match read_counts(&request, &settings, &wanted).await {
         Ok(read) => read,
         Err(problem) => return fail(&problem),

@@ -20,7 +20,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::Experiments;
-use super::days::now_ms;
+use crate::process::unix_millis;
 use crate::storage::StorageError;
 
 /// How often tallies are flushed.
@@ -96,7 +96,7 @@ impl Experiments {
     }
 
     fn log_failure(&self, message: &str) {
-        let now = now_ms();
+        let now = unix_millis();
         let last = self.failure_logged_ms.load(Ordering::Relaxed);
         if now.saturating_sub(last) >= LOG_FAILURES_EVERY_MS
             && self

@@ -3,7 +3,7 @@
 //! algorithm of Howard Hinnant's `chrono`-compatible date library), so no
 //! time-zone database or date crate is needed for a UTC calendar.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use crate::process::unix_millis;
 
 const MS_PER_DAY: i64 = 86_400_000;
 
@@ -30,16 +30,9 @@ pub fn yyyymmdd(day_number: i64) -> u32 {
     u32::try_from(year * 10_000 + month * 100 + day).unwrap_or(0)
 }
 
-/// Now, as Unix milliseconds.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 /// Today's `YYYYMMDD` in UTC.
 pub fn today() -> u32 {
-    yyyymmdd(day_number(now_ms()))
+    yyyymmdd(day_number(unix_millis()))
 }
 
 /// The last `n` UTC days at `unix_ms`, today first, as `YYYYMMDD`.

@@ -83,7 +83,7 @@ impl Experiments {
         days: u32,
         deadline: Instant,
     ) -> Result<Uplift, StorageError> {
-        let wanted = days::last_days(days, days::now_ms());
+        let wanted = days::last_days(days, crate::process::unix_millis());
         let read = self
             .store
             .read_experiment(merchant, &wanted, deadline)

@@ -13,7 +13,7 @@
 mod command;
 pub(crate) mod plan;
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 pub use command::{RawOutcome, RecordCommand};
 
@@ -52,7 +52,11 @@ pub async fn record_outcome(
             Step::MemoryGuard => plan.guarded(store.memory_guard_refuses(&key)),
             Step::Budget => {
                 let admission_key = keys::admission_key(&command.merchant);
-                let request = plan::admission_request(rules, &command.merchant, unix_millis());
+                let request = plan::admission_request(
+                    rules,
+                    &command.merchant,
+                    crate::process::unix_millis(),
+                );
                 let op = Op::Admit {
                     key: &admission_key,
                     request,
@@ -93,10 +97,4 @@ fn nothing_written(error: StorageError) -> StorageError {
         },
         other => other,
     }
-}
-
-pub(crate) fn unix_millis() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

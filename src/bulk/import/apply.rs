@@ -31,8 +31,9 @@ use crate::domain::Rules;
 use crate::domain::counts::Recorded;
 use crate::domain::import_mark::{FileId, ImportMark};
 use crate::domain::keys::{self, CustomerKey};
+use crate::process::unix_millis;
 use crate::record::plan::{self, Admission, Plan, Step, Write};
-use crate::record::{admitted, not_created, unix_millis};
+use crate::record::{admitted, not_created};
 use crate::storage::{BatchOutcome, Op, RedisStore, Reply, StorageError, Times};
 
 /// How often one row may fail to run (NOSCRIPT, a moved slot) before the
