@@ -6,7 +6,7 @@
 //!   value (no I/O, no fred, no tonic);
 //! - [`declare`], [`pki`], [`process`]: shared vocabulary that imports no
 //!   other module: how a setting is declared and read; certificates, keys
-//!   and client identities; the process's shutdown signal and stdout;
+//!   and client identities; the process's shutdown signal, stdout and wall clock;
 //! - [`telemetry`]: logs, metrics and traces, and the outcome labels;
 //! - [`storage`]: the Redis adapter, [`storage::RedisStore`], which runs
 //!   the rules atomically against Redis and owns its connection settings;
@@ -27,7 +27,7 @@
 //!
 //! Every import points to a module earlier in this list, never to a later
 //! one:
-//! - `telemetry` → `domain`, `declare`;
+//! - `telemetry` → `domain`, `declare`, `process`;
 //! - `storage` → `domain`, `telemetry`, `declare`, `pki`;
 //! - `record` → `domain`, `storage`, `process`;
 //! - `breaker` → `domain`, `storage`, `telemetry`, `process`;

@@ -11,7 +11,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
@@ -28,7 +27,7 @@ pub(super) const TICK: Duration = Duration::from_millis(500);
 /// The longest one step of a tick may take.
 const STEP_DEADLINE: Duration = Duration::from_secs(1);
 /// A failing Redis is logged at most this often (`/metrics` counts each).
-const LOG_FAILURES_EVERY_MS: i64 = 30_000;
+pub(super) const LOG_FAILURES_EVERY: Duration = Duration::from_secs(30);
 
 pub(super) async fn run(breakers: Arc<Breakers>, stop: CancellationToken) {
     let mut ticker = tokio::time::interval(TICK);
@@ -287,14 +286,7 @@ impl Breakers {
     /// not failed the breaker lately.
     fn io_failed(&self, op: &'static str, error: &StorageError) {
         self.metrics.breaker_io_failure(op);
-        let now = unix_millis();
-        let last = self.failure_logged_ms.load(Ordering::Relaxed);
-        if now.saturating_sub(last) >= LOG_FAILURES_EVERY_MS
-            && self
-                .failure_logged_ms
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
+        if self.failure_log.due() {
             tracing::warn!(
                 op,
                 %error,

@@ -25,7 +25,6 @@ mod pending;
 mod view;
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicI64;
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
@@ -39,7 +38,7 @@ use crate::domain::ids::{Connector, MerchantId};
 use crate::process::unix_millis;
 pub use crate::storage::ConnectorHealthRow;
 use crate::storage::{RedisStore, StorageError};
-use crate::telemetry::Metrics;
+use crate::telemetry::{LogThrottle, Metrics};
 use pending::Pending;
 use view::View;
 
@@ -50,8 +49,8 @@ pub struct Breakers {
     metrics: Arc<Metrics>,
     pending: Pending,
     view: View,
-    /// When a failed breaker read or write was last logged (Unix ms).
-    failure_logged_ms: AtomicI64,
+    /// Failed breaker reads and writes: a line every 30 s at most.
+    failure_log: LogThrottle,
 }
 
 impl Breakers {
@@ -59,7 +58,7 @@ impl Breakers {
         Self {
             pending: Pending::new(settings.max_tracked),
             view: View::default(),
-            failure_logged_ms: AtomicI64::new(0),
+            failure_log: LogThrottle::new(cycle::LOG_FAILURES_EVERY),
             store,
             settings,
             metrics,

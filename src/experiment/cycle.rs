@@ -13,14 +13,12 @@
 //! may then miss some outcomes, never count one twice.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::Experiments;
-use crate::process::unix_millis;
 use crate::storage::StorageError;
 
 /// How often tallies are flushed.
@@ -28,7 +26,7 @@ pub(super) const TICK: Duration = Duration::from_millis(500);
 /// The longest one flush may take.
 const STEP_DEADLINE: Duration = Duration::from_secs(1);
 /// A failing Redis is logged at most this often (`/metrics` counts each).
-const LOG_FAILURES_EVERY_MS: i64 = 30_000;
+pub(super) const LOG_FAILURES_EVERY: Duration = Duration::from_secs(30);
 
 pub(super) async fn run(experiments: Arc<Experiments>, stop: CancellationToken) {
     let mut ticker = tokio::time::interval(TICK);
@@ -96,14 +94,7 @@ impl Experiments {
     }
 
     fn log_failure(&self, message: &str) {
-        let now = unix_millis();
-        let last = self.failure_logged_ms.load(Ordering::Relaxed);
-        if now.saturating_sub(last) >= LOG_FAILURES_EVERY_MS
-            && self
-                .failure_logged_ms
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
+        if self.failure_log.due() {
             tracing::warn!("{message}");
         }
     }

@@ -18,7 +18,6 @@ pub mod days;
 mod tally;
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicI64;
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
@@ -28,7 +27,7 @@ use crate::domain::ids::MerchantId;
 use crate::domain::rollout::{Group, Split};
 use crate::domain::uplift::{GroupCounts, Uplift};
 use crate::storage::{ExperimentCounts, RedisStore, StorageError};
-use crate::telemetry::Metrics;
+use crate::telemetry::{LogThrottle, Metrics};
 use tally::Tally;
 
 pub use crate::domain::uplift::{DEFAULT_DAYS, MAX_DAYS};
@@ -40,8 +39,8 @@ pub struct Experiments {
     retention: Duration,
     metrics: Arc<Metrics>,
     tally: Tally,
-    /// When a failed read or write was last logged (Unix ms).
-    failure_logged_ms: AtomicI64,
+    /// Failed reads and writes: a line every 30 s at most.
+    failure_log: LogThrottle,
 }
 
 impl Experiments {
@@ -51,7 +50,7 @@ impl Experiments {
             retention,
             metrics,
             tally: Tally::new(tally::MAX_MERCHANTS),
-            failure_logged_ms: AtomicI64::new(0),
+            failure_log: LogThrottle::new(cycle::LOG_FAILURES_EVERY),
         }
     }
 

@@ -12,7 +12,38 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
+
+/// A background task's repeated failure (a breaker or experiment write),
+/// whose every occurrence a counter on `/metrics` already counts, logged at
+/// most once per period: the first one, then one a period while it lasts.
+#[derive(Debug)]
+pub struct LogThrottle {
+    every_ms: i64,
+    /// When a line was last let through (Unix ms; 0: never).
+    last_ms: AtomicI64,
+}
+
+impl LogThrottle {
+    pub const fn new(every: Duration) -> Self {
+        Self {
+            every_ms: every.as_millis() as i64,
+            last_ms: AtomicI64::new(0),
+        }
+    }
+
+    /// Whether this failure gets its line; of racing callers, one does.
+    pub fn due(&self) -> bool {
+        let now = crate::process::unix_millis();
+        let last = self.last_ms.load(Ordering::Relaxed);
+        now.saturating_sub(last) >= self.every_ms
+            && self
+                .last_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+}
 
 /// How often the counts of repeated failures are written.
 pub const SUMMARY_INTERVAL: Duration = Duration::from_secs(1);
@@ -141,6 +172,15 @@ pub async fn summarise(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_throttle_lets_the_first_line_through_then_one_a_period() {
+        let throttle = LogThrottle::new(Duration::from_secs(30));
+        assert!(throttle.due());
+        assert!(!throttle.due(), "the second failure within the period is only counted");
+        let every_time = LogThrottle::new(Duration::ZERO);
+        assert!(every_time.due() && every_time.due());
+    }
 
     #[test]
     fn an_outage_is_one_full_line_then_counts() {

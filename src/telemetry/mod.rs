@@ -18,7 +18,7 @@ use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
-pub use failures::{FailureLog, SUMMARY_INTERVAL, Verdict, summarise};
+pub use failures::{FailureLog, LogThrottle, SUMMARY_INTERVAL, Verdict, summarise};
 pub use ids::CallIds;
 pub use metrics::{
     EXPORTED_METRICS, Metrics, RedisCommand, Refusal, VETO_REASONS, admission_refusal_label,
