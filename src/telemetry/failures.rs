@@ -177,7 +177,10 @@ mod tests {
     fn a_throttle_lets_the_first_line_through_then_one_a_period() {
         let throttle = LogThrottle::new(Duration::from_secs(30));
         assert!(throttle.due());
-        assert!(!throttle.due(), "the second failure within the period is only counted");
+        assert!(
+            !throttle.due(),
+            "the second failure within the period is only counted"
+        );
         let every_time = LogThrottle::new(Duration::ZERO);
         assert!(every_time.due() && every_time.due());
     }

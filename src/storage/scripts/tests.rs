@@ -38,8 +38,13 @@ use test_support::redis_server::{RedisServer, SERVICE_PASSWORD, SERVICE_USER};
 
 /// Settings for the store: the least-privilege user, a small pool.
 fn test_settings(redis: &RedisServer) -> RedisSettings {
+    settings_for_url(redis.url())
+}
+
+/// The same against any Redis URL (a Cluster's).
+fn settings_for_url(url: String) -> RedisSettings {
     RedisSettings {
-        url: redis.url().into(),
+        url: url.into(),
         username: Some(SERVICE_USER.into()),
         password: Some(Secret::new(SERVICE_PASSWORD)),
         tls: None,
@@ -221,6 +226,33 @@ impl Harness {
 
     fn ttl(&self, key: &str) -> i64 {
         self.runtime.block_on(self.inspect.ttl(key)).unwrap()
+    }
+
+    fn pttl(&self, key: &str) -> i64 {
+        self.runtime.block_on(self.inspect.pttl(key)).unwrap()
+    }
+
+    /// Every key matching `pattern` in this Redis.
+    fn keys_matching(&self, pattern: &str) -> Vec<String> {
+        use fred::interfaces::ClientLike as _;
+        self.runtime.block_on(async {
+            let keys: fred::prelude::Value = self
+                .inspect
+                .custom(
+                    fred::types::CustomCommand::new_static(
+                        "KEYS",
+                        fred::types::ClusterHash::Random,
+                        false,
+                    ),
+                    vec![pattern],
+                )
+                .await
+                .unwrap();
+            keys.into_array()
+                .into_iter()
+                .map(|k| k.into_string().unwrap())
+                .collect()
+        })
     }
 
     fn arrange(&self, key: &str, fields: &HashMap<String, i64>) {

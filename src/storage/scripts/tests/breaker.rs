@@ -6,10 +6,6 @@
 
 use std::time::Duration;
 
-use fred::interfaces::ClientLike;
-use fred::prelude::Value;
-use fred::types::{ClusterHash, CustomCommand};
-
 use super::*;
 use crate::domain::breaker::{
     BreakerSettings, BreakerState, Counts, Override, OverrideUntil, Tripped,
@@ -122,26 +118,9 @@ impl Harness {
             .collect()
     }
 
-    fn pttl(&self, key: &str) -> i64 {
-        self.runtime.block_on(self.inspect.pttl(key)).unwrap()
-    }
-
     /// Every breaker key in this Redis.
     fn breaker_keys(&self) -> Vec<String> {
-        self.runtime.block_on(async {
-            let keys: Value = self
-                .inspect
-                .custom(
-                    CustomCommand::new_static("KEYS", ClusterHash::Random, false),
-                    vec!["sticky_brk_*"],
-                )
-                .await
-                .unwrap();
-            keys.into_array()
-                .into_iter()
-                .map(|k| k.into_string().unwrap())
-                .collect()
-        })
+        self.keys_matching("sticky_brk_*")
     }
 }
 
@@ -764,15 +743,7 @@ fn the_two_key_transition_runs_in_one_slot_on_cluster() {
         .enable_all()
         .build()
         .unwrap();
-    let settings_of_store = RedisSettings {
-        url: cluster.url().into(),
-        username: Some(SERVICE_USER.into()),
-        password: Some(Secret::new(SERVICE_PASSWORD)),
-        tls: None,
-        pool_size: 1,
-        command_timeout: Duration::from_secs(1),
-        queue_limit: 1024,
-    };
+    let settings_of_store = settings_for_url(cluster.url());
     runtime.block_on(async {
         let metrics = Arc::new(Metrics::new().unwrap());
         let store = RedisStore::connect(&settings_of_store, &TaskTracker::new(), metrics).unwrap();

@@ -5,10 +5,6 @@
 
 use std::time::Duration;
 
-use fred::interfaces::ClientLike;
-use fred::prelude::Value;
-use fred::types::{ClusterHash, CustomCommand};
-
 use super::*;
 use crate::domain::keys::EXPERIMENT_FIELDS;
 use crate::storage::ExperimentCounts;
@@ -52,26 +48,9 @@ impl Harness {
             .unwrap()
     }
 
-    fn exp_pttl(&self, key: &str) -> i64 {
-        self.runtime.block_on(self.inspect.pttl(key)).unwrap()
-    }
-
     /// Every experiment key in this Redis.
     fn experiment_keys(&self) -> Vec<String> {
-        self.runtime.block_on(async {
-            let keys: Value = self
-                .inspect
-                .custom(
-                    CustomCommand::new_static("KEYS", ClusterHash::Random, false),
-                    vec!["sticky_exp_*"],
-                )
-                .await
-                .unwrap();
-            keys.into_array()
-                .into_iter()
-                .map(|k| k.into_string().unwrap())
-                .collect()
-        })
+        self.keys_matching("sticky_exp_*")
     }
 }
 
@@ -121,7 +100,7 @@ fn flushes_add_into_the_days_hash_with_the_retention_as_ttl() {
     assert_eq!(keys.len(), 3, "{keys:?}");
     let retention_ms = RETENTION.as_millis() as i64;
     for key in &keys {
-        let pttl = h.exp_pttl(key);
+        let pttl = h.pttl(key);
         assert!(
             pttl > retention_ms - 60_000 && pttl <= retention_ms,
             "{key}: {pttl}"
@@ -129,7 +108,7 @@ fn flushes_add_into_the_days_hash_with_the_retention_as_ttl() {
     }
     h.flush_exp("m", DAY, &counts(&[("s:o:s", 1)]), Duration::from_secs(60))
         .unwrap();
-    let pttl = h.exp_pttl(&exp_key("m", DAY));
+    let pttl = h.pttl(&exp_key("m", DAY));
     assert!(pttl > 50_000 && pttl <= 60_000, "{pttl}");
 }
 
@@ -169,15 +148,7 @@ fn flushes_and_reads_work_on_cluster() {
         .enable_all()
         .build()
         .unwrap();
-    let settings = RedisSettings {
-        url: cluster.url().into(),
-        username: Some(SERVICE_USER.into()),
-        password: Some(Secret::new(SERVICE_PASSWORD)),
-        tls: None,
-        pool_size: 1,
-        command_timeout: Duration::from_secs(1),
-        queue_limit: 1024,
-    };
+    let settings = settings_for_url(cluster.url());
     runtime.block_on(async {
         let metrics = Arc::new(Metrics::new().unwrap());
         let store = RedisStore::connect(&settings, &TaskTracker::new(), metrics).unwrap();
