@@ -51,39 +51,16 @@ impl Tally {
     /// Counts one outcome of `merchant` on `day` in field `field` (an index
     /// of `EXPERIMENT_FIELDS`).
     pub fn add(&self, merchant: &MerchantId, day: u32, field: usize) {
-        let hash = self.hasher.hash_one(merchant.as_str());
-        let shard = &self.shards[usize::try_from(hash % self.shards.len() as u64).unwrap_or(0)];
-        let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-        // Two lookups, not `get_mut` then insert: the borrow checker keeps
-        // a missed `get_mut` borrowing the map.
-        if !shard.contains_key(merchant.as_str()) {
-            if shard.len() >= self.per_shard {
-                drop(shard);
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            shard.insert(merchant.clone(), Days::new());
-        }
-        let Some(days) = shard.get_mut(merchant.as_str()) else {
-            return;
-        };
-        let counts = match days.iter_mut().position(|(d, _)| *d == day) {
-            Some(at) => &mut days[at].1,
-            None => {
-                days.push((day, ExperimentCounts::default()));
-                match days.last_mut() {
-                    Some((_, counts)) => counts,
-                    None => return,
-                }
-            }
-        };
-        if let Some(count) = counts.counts.get_mut(field) {
-            *count = count.saturating_add(1);
+        let mut one = ExperimentCounts::default();
+        if let Some(count) = one.counts.get_mut(field) {
+            *count = 1;
+            self.put_back(merchant, day, &one);
         }
     }
 
-    /// Adds counts back (a flush that certainly wrote nothing), subject to
-    /// the same bound.
+    /// Adds counts: one call's, or a flush's that certainly wrote nothing
+    /// (put back for the next). A merchant new to a full shard is dropped,
+    /// its counts counted as lost.
     pub fn put_back(&self, merchant: &MerchantId, day: u32, back: &ExperimentCounts) {
         let hash = self.hasher.hash_one(merchant.as_str());
         let shard = &self.shards[usize::try_from(hash % self.shards.len() as u64).unwrap_or(0)];
