@@ -54,6 +54,17 @@ impl AttemptId {
     /// `None` when the caller sent none (empty after trimming its ASCII
     /// blanks): v1 behaviour, no de-duplication.
     pub fn parse(raw: &str) -> Result<Option<Self>, InvalidInput> {
+        Ok(Self::check(raw)?.map(|id| Self(id.to_owned())))
+    }
+
+    /// The digest of the attempt id in `raw`, validated as [`AttemptId::parse`]
+    /// does, without keeping the id: for a caller that must not allocate per
+    /// row (`sticky-routing replay`).
+    pub fn parse_digest(raw: &str) -> Result<Option<AttemptDigest>, InvalidInput> {
+        Ok(Self::check(raw)?.map(digest_of))
+    }
+
+    fn check(raw: &str) -> Result<Option<&str>, InvalidInput> {
         let id = trim_blanks(raw, "attempt_id")?;
         if id.is_empty() {
             return Ok(None);
@@ -68,16 +79,21 @@ impl AttemptId {
             ));
         }
         reject_forbidden_chars(id, "attempt_id")?;
-        Ok(Some(Self(id.to_owned())))
+        Ok(Some(id))
     }
 
     /// What the hash stores for this attempt.
     pub fn digest(&self) -> AttemptDigest {
-        let sha = Sha1::digest(self.0.as_bytes());
-        let mut digest = [0; DIGEST_BYTES];
-        digest.copy_from_slice(&sha[..DIGEST_BYTES]);
-        AttemptDigest(digest)
+        digest_of(&self.0)
     }
+}
+
+/// The first [`DIGEST_BYTES`] bytes of SHA-1 over the trimmed attempt id.
+fn digest_of(id: &str) -> AttemptDigest {
+    let sha = Sha1::digest(id.as_bytes());
+    let mut digest = [0; DIGEST_BYTES];
+    digest.copy_from_slice(&sha[..DIGEST_BYTES]);
+    AttemptDigest(digest)
 }
 
 /// The stored form of one attempt id.

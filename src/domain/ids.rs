@@ -80,7 +80,14 @@ impl std::borrow::Borrow<str> for MerchantId {
 
 impl CustomerId {
     pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
-        parse_id(raw, "customer_id").map(Self)
+        Self::check(raw).map(|id| Self(id.to_owned()))
+    }
+
+    /// The id [`CustomerId::parse`] would keep, borrowed from `raw`: for a
+    /// caller that only hashes it (`sticky-routing replay`) and must not
+    /// allocate per row.
+    pub fn check(raw: &str) -> Result<&str, InvalidInput> {
+        check_id(raw, "customer_id")
     }
     pub fn as_str(&self) -> &str {
         &self.0
@@ -134,13 +141,17 @@ impl Connector {
 }
 
 fn parse_id(raw: &str, field: &str) -> Result<String, InvalidInput> {
+    check_id(raw, field).map(str::to_owned)
+}
+
+fn check_id<'a>(raw: &'a str, field: &str) -> Result<&'a str, InvalidInput> {
     let id = trim_blanks(raw, field)?;
     if id.is_empty() {
         return Err(InvalidInput::new(field, "must not be empty"));
     }
     reject_longer_than(id, MAX_ID_BYTES, field)?;
     reject_forbidden_chars(id, field)?;
-    Ok(id.to_owned())
+    Ok(id)
 }
 
 fn parse_method_part(raw: &str, field: &str) -> Result<String, InvalidInput> {

@@ -9,6 +9,7 @@ pub mod attempts;
 pub mod breaker;
 pub mod combo;
 pub mod counts;
+pub mod customer_hash;
 pub mod habits;
 pub mod ids;
 pub mod import_mark;

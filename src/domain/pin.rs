@@ -162,9 +162,8 @@ pub struct Candidate {
 pub fn rank_candidates(fields: &[(String, i64)], query: &PinQuery) -> Vec<Candidate> {
     let mut ranked: Vec<(Option<usize>, Candidate)> = fields
         .iter()
-        .filter(|(_, count)| *count >= query.min_count)
         .filter_map(|(field, count)| {
-            let connector = query.prefix.connector_of(field)?;
+            let connector = qualifying(field, *count, &query.prefix, query.min_count)?;
             let eligible_at = if query.eligible.is_empty() {
                 None
             } else {
@@ -188,13 +187,48 @@ pub fn rank_candidates(fields: &[(String, i64)], query: &PinQuery) -> Vec<Candid
     ranked.into_iter().map(|(_, candidate)| candidate).collect()
 }
 
+/// The pin of a GetPin with no eligible list and no veto, as
+/// [`rank_candidates`] ranks it, without allocating: the connector and its
+/// count. `sticky-routing replay` asks this once per attempt of a history.
+pub fn best_candidate<'f>(
+    fields: impl IntoIterator<Item = (&'f str, i64)>,
+    prefix: &MethodPrefix,
+    min_count: i64,
+) -> Option<(&'f str, i64)> {
+    fields
+        .into_iter()
+        .filter_map(|(field, count)| Some((qualifying(field, count, prefix, min_count)?, count)))
+        .min_by(|a, b| by_count_then_name((a.1, a.0), (b.1, b.0)))
+}
+
+/// The connector of `field` when it is a candidate: of the payment method
+/// of `prefix`, with a count of at least `min_count`.
+fn qualifying<'f>(
+    field: &'f str,
+    count: i64,
+    prefix: &MethodPrefix,
+    min_count: i64,
+) -> Option<&'f str> {
+    if count < min_count {
+        return None;
+    }
+    prefix.connector_of(field)
+}
+
+/// Best first: the higher count, then the bytewise-smaller connector.
+fn by_count_then_name(a: (i64, &str), b: (i64, &str)) -> Ordering {
+    b.0.cmp(&a.0)
+        .then_with(|| a.1.as_bytes().cmp(b.1.as_bytes()))
+}
+
 fn best_first(a: &(Option<usize>, Candidate), b: &(Option<usize>, Candidate)) -> Ordering {
-    b.1.net_count
-        .cmp(&a.1.net_count)
-        .then_with(|| match (a.0, b.0) {
-            (Some(ia), Some(ib)) => ia.cmp(&ib),
-            _ => a.1.connector.as_bytes().cmp(b.1.connector.as_bytes()),
-        })
+    match (a.0, b.0) {
+        (Some(ia), Some(ib)) => b.1.net_count.cmp(&a.1.net_count).then(ia.cmp(&ib)),
+        _ => by_count_then_name(
+            (a.1.net_count, &a.1.connector),
+            (b.1.net_count, &b.1.connector),
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -533,6 +567,25 @@ mod tests {
                 prop_assert!((-pair[0].net_count, pair[0].connector.as_bytes())
                     < (-pair[1].net_count, pair[1].connector.as_bytes()));
             }
+        }
+
+        #[test]
+        fn the_allocation_free_pin_is_the_first_ranked_candidate(
+            counts in proptest::collection::btree_map("[a-cA-C]{1,2}", -2i64..6, 0..10),
+            other_method in proptest::collection::btree_map("[a-c]", 1i64..9, 0..3),
+            min_count in 1i64..4,
+        ) {
+            let mut fields: Vec<(String, i64)> =
+                counts.iter().map(|(c, n)| (format!("INTERAC:RTP:{c}"), *n)).collect();
+            // Another method's combos are never candidates, however high.
+            fields.extend(other_method.iter().map(|(c, n)| (format!("CARD:CREDIT:{c}"), *n)));
+            let q = query(&[], min_count);
+            let ranked = rank_candidates(&fields, &q);
+            let best = best_candidate(fields.iter().map(|(f, n)| (f.as_str(), *n)), &q.prefix, min_count);
+            prop_assert_eq!(
+                best,
+                ranked.first().map(|c| (c.connector.as_str(), c.net_count))
+            );
         }
     }
 }

@@ -15,24 +15,36 @@ pub fn fields_to_prune<'f>(
     cap: usize,
     just_written: &str,
 ) -> Vec<&'f str> {
+    prune_among(
+        fields.iter().map(|(field, count)| (field.as_str(), *count)),
+        cap,
+        just_written,
+    )
+}
+
+/// [`fields_to_prune`] over any listing of a hash's fields, for a caller
+/// that keeps them in another shape (`sticky-routing replay`).
+pub fn prune_among<'f>(
+    fields: impl ExactSizeIterator<Item = (&'f str, i64)>,
+    cap: usize,
+    just_written: &str,
+) -> Vec<&'f str> {
     let excess = fields.len().saturating_sub(cap);
     if excess == 0 {
         return Vec::new();
     }
-    let mut victims: Vec<&(String, i64)> = fields
-        .iter()
-        .filter(|(field, _)| field != just_written)
-        .collect();
-    victims.sort_by(|a, b| prune_order(a, b));
+    let mut victims: Vec<(&str, i64)> =
+        fields.filter(|(field, _)| *field != just_written).collect();
+    victims.sort_by(prune_order);
     victims
         .into_iter()
         .take(excess)
-        .map(|(field, _)| field.as_str())
+        .map(|(field, _)| field)
         .collect()
 }
 
 /// Lowest count first; on a tie the bytewise-smallest field name.
-fn prune_order(a: &(String, i64), b: &(String, i64)) -> Ordering {
+fn prune_order(a: &(&str, i64), b: &(&str, i64)) -> Ordering {
     a.1.cmp(&b.1)
         .then_with(|| a.0.as_bytes().cmp(b.0.as_bytes()))
 }
