@@ -15,9 +15,13 @@
 pub mod export;
 mod flags;
 pub mod import;
+mod progress;
+pub mod replay;
 pub mod report;
+mod rows;
 
 use std::collections::HashMap;
+use std::io::Read;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -38,6 +42,9 @@ pub const COLUMNS: [&str; 6] = [
 /// 1), and the orchestrator's attempt id.
 pub const COUNT_COLUMN: &str = "count";
 pub const ATTEMPT_COLUMN: &str = "attempt_id";
+/// `replay`'s optional column: the attempt's time (RFC 3339 or Unix
+/// seconds). `import` ignores it.
+pub const AT_COLUMN: &str = "at";
 /// The most outcomes one row's `count` may stand for: import refuses more,
 /// and export splits a larger net count over rows of at most this. Far
 /// above any real history, and far below where a count could overflow
@@ -153,6 +160,22 @@ pub fn request_and_settings<R>(
         eprintln!("sticky-routing {command}: warning: unknown variable {name} ignored");
     }
     Ok((request, settings))
+}
+
+/// The rows' input: the file at `path` (with its size, when it is a
+/// regular file, for the progress bar's ETA), or stdin when `None`.
+pub fn open_input(path: Option<&Path>) -> Result<(Box<dyn Read + Send>, Option<u64>), String> {
+    let Some(path) = path else {
+        return Ok((Box::new(std::io::stdin()), None));
+    };
+    let file = std::fs::File::open(path)
+        .map_err(|error| format!("cannot open {}: {error}", path.display()))?;
+    let size = file
+        .metadata()
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| m.len());
+    Ok((Box::new(file), size))
 }
 
 /// Says why `command` could not run, and ends it with exit code 2.

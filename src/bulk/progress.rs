@@ -1,4 +1,4 @@
-//! What the user sees while an import runs: on a terminal a progress bar
+//! What the user sees while an import or a replay runs: on a terminal a progress bar
 //! (rows, rows/s, and the ETA when the file's size is known); otherwise a
 //! plain line on stderr every five seconds. Bad rows are printed above the
 //! bar, so it never tears them.
@@ -14,6 +14,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 const PLAIN_EVERY: Duration = Duration::from_secs(5);
 
 pub struct Progress {
+    /// The command, naming the plain line.
+    command: &'static str,
     bar: Option<ProgressBar>,
     started: Instant,
     last_line: Instant,
@@ -23,8 +25,8 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// `bytes` counts what was read of a file of `size` bytes.
-    pub fn new(size: Option<u64>, bytes: Arc<AtomicU64>) -> Self {
+    /// `bytes` counts what `command` read of a file of `size` bytes.
+    pub fn new(command: &'static str, size: Option<u64>, bytes: Arc<AtomicU64>) -> Self {
         let bar = std::io::stderr().is_terminal().then(|| {
             let (bar, template) = match size {
                 Some(size) => (
@@ -41,6 +43,7 @@ impl Progress {
             bar
         });
         Self {
+            command,
             bar,
             started: Instant::now(),
             last_line: Instant::now(),
@@ -66,7 +69,7 @@ impl Progress {
                     .filter(|&size| size > 0)
                     .map(|size| format!(", {:.0}% of the file", bytes as f64 * 100.0 / size as f64))
                     .unwrap_or_default();
-                eprintln!("import: {rows} rows, {rate:.0} rows/s{share}");
+                eprintln!("{}: {rows} rows, {rate:.0} rows/s{share}", self.command);
             }
             None => {}
         }

@@ -1,4 +1,5 @@
-//! Rows of an import file, read and validated one by one.
+//! Rows of an import file, read one by one: `import` validates each into a
+//! [`Row`], `replay` reads the same fields ([`Fields`]) plus `at`.
 //!
 //! Validation is RecordOutcome's own ([`RecordCommand::parse`]); a row only
 //! adds its outcome word and its `count`. A bad row is reported by its
@@ -11,7 +12,7 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::bulk::{ATTEMPT_COLUMN, COLUMNS, COUNT_COLUMN, Format, MAX_COUNT};
+use crate::bulk::{AT_COLUMN, ATTEMPT_COLUMN, COLUMNS, COUNT_COLUMN, Format, MAX_COUNT};
 use crate::domain::InvalidInput;
 use crate::domain::counts::Outcome;
 use crate::domain::ids::trim_blanks;
@@ -36,11 +37,12 @@ pub enum Parsed {
 
 /// The file's fields of one row, before validation; `None`: absent.
 #[derive(Debug, Default)]
-struct Fields<'a> {
-    values: [Option<&'a str>; 8],
+pub struct Fields<'a> {
+    values: [Option<&'a str>; 9],
 }
 
-const ALL_COLUMNS: [&str; 8] = [
+/// The columns a row may have, in [`Fields`]' order.
+const ALL_COLUMNS: [&str; 9] = [
     COLUMNS[0],
     COLUMNS[1],
     COLUMNS[2],
@@ -49,19 +51,29 @@ const ALL_COLUMNS: [&str; 8] = [
     COLUMNS[5],
     COUNT_COLUMN,
     ATTEMPT_COLUMN,
+    AT_COLUMN,
 ];
 const REQUIRED: usize = 6;
+/// Where `count` and `at` are in [`ALL_COLUMNS`].
+const COUNT_AT: usize = 6;
+const AT_AT: usize = 8;
 
-impl Fields<'_> {
-    /// The row as a validated command, or the reason it is bad.
-    fn validate(&self) -> Result<(RecordCommand, u32), String> {
-        for (name, value) in ALL_COLUMNS.iter().zip(&self.values).take(REQUIRED) {
-            if value.is_none() {
-                return Err(format!("{name}: missing"));
-            }
-        }
+impl<'a> Fields<'a> {
+    /// The first required column the row lacks, as its reason.
+    pub fn missing(&self) -> Option<String> {
+        ALL_COLUMNS
+            .iter()
+            .zip(&self.values)
+            .take(REQUIRED)
+            .find(|(_, value)| value.is_none())
+            .map(|(name, _)| format!("{name}: missing"))
+    }
+
+    /// The raw outcome of the row (absent columns empty); `pin_connector`
+    /// is always empty: history answered no GetPin.
+    pub fn raw(&self) -> RawOutcome<'a> {
         let text = |i: usize| self.values[i].unwrap_or_default();
-        let raw = RawOutcome {
+        RawOutcome {
             merchant_id: text(0),
             customer_id: text(1),
             payment_method: text(2),
@@ -71,14 +83,40 @@ impl Fields<'_> {
             // Backfilled history answered no GetPin: the experiment counts
             // no imported row.
             pin_connector: "",
-        };
-        let command = RecordCommand::parse(raw, || {
-            Outcome::from_word(text(5)).ok_or_else(|| {
-                InvalidInput::new("outcome", "must be `success` or `gateway_failure`")
-            })
-        })
-        .map_err(|invalid| invalid.to_string())?;
-        let times = parse_count(text(6))?;
+        }
+    }
+
+    /// The `outcome` column's text (empty when absent).
+    pub fn outcome_word(&self) -> &'a str {
+        self.values[5].unwrap_or_default()
+    }
+
+    /// The `at` column's text, `None` when absent.
+    pub fn at(&self) -> Option<&'a str> {
+        self.values[AT_AT]
+    }
+
+    /// The row's `count`: how many outcomes it stands for.
+    pub fn count(&self) -> Result<u32, String> {
+        parse_count(self.values[COUNT_AT].unwrap_or_default())
+    }
+}
+
+/// The `outcome` word, or why it is not one.
+pub fn parse_outcome(word: &str) -> Result<Outcome, InvalidInput> {
+    Outcome::from_word(word)
+        .ok_or_else(|| InvalidInput::new("outcome", "must be `success` or `gateway_failure`"))
+}
+
+impl Fields<'_> {
+    /// The row as a validated command, or the reason it is bad.
+    fn validate(&self) -> Result<(RecordCommand, u32), String> {
+        if let Some(missing) = self.missing() {
+            return Err(missing);
+        }
+        let command = RecordCommand::parse(self.raw(), || parse_outcome(self.outcome_word()))
+            .map_err(|invalid| invalid.to_string())?;
+        let times = self.count()?;
         Ok((command, times))
     }
 }
@@ -98,8 +136,8 @@ fn parse_count(text: &str) -> Result<u32, String> {
     }
 }
 
-fn parsed(line: u64, fields: &Fields<'_>) -> Parsed {
-    match fields.validate() {
+fn parsed(line: u64, fields: Result<&Fields<'_>, String>) -> Parsed {
+    match fields.and_then(Fields::validate) {
         Ok((command, times)) => Parsed::Row(Row {
             line,
             command,
@@ -130,9 +168,10 @@ pub struct RowReader {
 
 enum Source {
     Csv {
-        reader: csv::Reader<Counted<Box<dyn Read + Send>>>,
+        /// Boxed: the CSV reader's state is large beside the JSONL one's.
+        reader: Box<csv::Reader<Counted<Box<dyn Read + Send>>>>,
         /// For each of [`ALL_COLUMNS`], its index in the file's rows.
-        columns: [Option<usize>; 8],
+        columns: [Option<usize>; 9],
         record: csv::ByteRecord,
     },
     Jsonl {
@@ -168,6 +207,7 @@ impl RowReader {
         let source = match format {
             Format::Csv => {
                 let mut reader = csv::ReaderBuilder::new()
+                    .buffer_capacity(256 * 1024)
                     .flexible(true)
                     .has_headers(true)
                     .from_reader(input);
@@ -175,7 +215,7 @@ impl RowReader {
                     csv::ErrorKind::Io(io) => FileError::Io(io),
                     other => FileError::Header(format!("{other:?}")),
                 })?;
-                let mut columns = [None; 8];
+                let mut columns = [None; 9];
                 for (index, name) in header.iter().enumerate() {
                     let name = String::from_utf8_lossy(name);
                     let name = name.trim().trim_start_matches('\u{feff}');
@@ -187,7 +227,7 @@ impl RowReader {
                     return Err(FileError::MissingColumn(ALL_COLUMNS[missing]));
                 }
                 Source::Csv {
-                    reader,
+                    reader: Box::new(reader),
                     columns,
                     record: csv::ByteRecord::new(),
                 }
@@ -201,28 +241,41 @@ impl RowReader {
         Ok(Self { source })
     }
 
-    /// The next data row; `None` at the end of the file.
+    /// The next data row, validated as an import row; `None` at the end of
+    /// the file.
     pub fn next_row(&mut self) -> Option<Result<Parsed, FileError>> {
+        self.next_with(parsed)
+    }
+
+    /// Hands the next data row to `read`: its line, and its fields or why
+    /// they cannot be read; `None` at the end of the file. A CSV row is
+    /// read into a buffer kept from row to row, and `read` borrows it: no
+    /// allocation per row.
+    pub fn next_with<T>(
+        &mut self,
+        read: impl FnOnce(u64, Result<&Fields<'_>, String>) -> T,
+    ) -> Option<Result<T, FileError>> {
         match &mut self.source {
             Source::Csv {
                 reader,
                 columns,
                 record,
-            } => next_csv(reader, columns, record),
+            } => next_csv(&mut **reader, columns, record, read),
             Source::Jsonl {
                 reader,
                 line,
                 buffer,
-            } => next_jsonl(reader, line, buffer),
+            } => next_jsonl(reader, line, buffer, read),
         }
     }
 }
 
-fn next_csv<R: Read>(
+fn next_csv<R: Read, T>(
     reader: &mut csv::Reader<R>,
-    columns: &[Option<usize>; 8],
+    columns: &[Option<usize>; 9],
     record: &mut csv::ByteRecord,
-) -> Option<Result<Parsed, FileError>> {
+    read: impl FnOnce(u64, Result<&Fields<'_>, String>) -> T,
+) -> Option<Result<T, FileError>> {
     match reader.read_byte_record(record) {
         Ok(false) => None,
         Ok(true) => {
@@ -236,33 +289,28 @@ fn next_csv<R: Read>(
                     Ok(text) => fields.values[at] = Some(text),
                     Err(_) => {
                         let name = ALL_COLUMNS[at];
-                        return Some(Ok(Parsed::Bad {
-                            line,
-                            reason: format!("{name}: not valid UTF-8"),
-                        }));
+                        return Some(Ok(read(line, Err(format!("{name}: not valid UTF-8")))));
                     }
                 }
             }
-            Some(Ok(parsed(line, &fields)))
+            Some(Ok(read(line, Ok(&fields))))
         }
         Err(error) => {
             let line = error.position().map_or(0, csv::Position::line);
             match error.into_kind() {
                 csv::ErrorKind::Io(io) => Some(Err(FileError::Io(io))),
-                other => Some(Ok(Parsed::Bad {
-                    line,
-                    reason: format!("not a CSV row: {other:?}"),
-                })),
+                other => Some(Ok(read(line, Err(format!("not a CSV row: {other:?}"))))),
             }
         }
     }
 }
 
-fn next_jsonl<R: BufRead>(
+fn next_jsonl<R: BufRead, T>(
     reader: &mut R,
     line: &mut u64,
     buffer: &mut Vec<u8>,
-) -> Option<Result<Parsed, FileError>> {
+    read: impl FnOnce(u64, Result<&Fields<'_>, String>) -> T,
+) -> Option<Result<T, FileError>> {
     loop {
         buffer.clear();
         match reader.read_until(b'\n', buffer) {
@@ -274,33 +322,43 @@ fn next_jsonl<R: BufRead>(
         if buffer.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        return Some(Ok(json_row(*line, buffer)));
+        return Some(Ok(json_row(*line, buffer, read)));
     }
 }
 
-fn json_row(line: u64, bytes: &[u8]) -> Parsed {
-    let bad = |reason: String| Parsed::Bad { line, reason };
+/// The columns that may hold a JSON number: read as its text.
+const NUMERIC: [usize; 2] = [COUNT_AT, AT_AT];
+
+fn json_row<T>(
+    line: u64,
+    bytes: &[u8],
+    read: impl FnOnce(u64, Result<&Fields<'_>, String>) -> T,
+) -> T {
     let object = match serde_json::from_slice::<serde_json::Value>(bytes) {
         Ok(serde_json::Value::Object(object)) => object,
-        Ok(_) => return bad("not a JSON object".into()),
+        Ok(_) => return read(line, Err("not a JSON object".into())),
         // serde_json's message names a column of the line, never its text.
-        Err(error) => return bad(format!("not valid JSON ({error})")),
+        Err(error) => return read(line, Err(format!("not valid JSON ({error})"))),
     };
-    let count_text;
+    let mut numbers: [String; 2] = Default::default();
+    for (slot, at) in numbers.iter_mut().zip(NUMERIC) {
+        if let Some(serde_json::Value::Number(number)) = object.get(ALL_COLUMNS[at]) {
+            *slot = number.to_string();
+        }
+    }
     let mut fields = Fields::default();
-    for (slot, name) in fields.values.iter_mut().zip(ALL_COLUMNS) {
+    for (at, (slot, name)) in fields.values.iter_mut().zip(ALL_COLUMNS).enumerate() {
         match object.get(name) {
             None | Some(serde_json::Value::Null) => {}
             Some(serde_json::Value::String(text)) => *slot = Some(text.as_str()),
-            Some(serde_json::Value::Number(_)) if name == COUNT_COLUMN => {}
-            Some(_) => return bad(format!("{name}: must be a string")),
+            Some(serde_json::Value::Number(_)) if NUMERIC.contains(&at) => {
+                let which = NUMERIC.iter().position(|n| *n == at).unwrap_or_default();
+                *slot = Some(numbers[which].as_str());
+            }
+            Some(_) => return read(line, Err(format!("{name}: must be a string"))),
         }
     }
-    if let Some(serde_json::Value::Number(number)) = object.get(COUNT_COLUMN) {
-        count_text = number.to_string();
-        fields.values[6] = Some(count_text.as_str());
-    }
-    parsed(line, &fields)
+    read(line, Ok(&fields))
 }
 
 #[cfg(test)]

@@ -25,8 +25,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::rows::Row;
 use super::summary::Tally;
+use crate::bulk::rows::Row;
 use crate::domain::Rules;
 use crate::domain::counts::Recorded;
 use crate::domain::import_mark::{FileId, ImportMark};

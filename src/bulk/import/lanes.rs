@@ -22,9 +22,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::apply::{Applier, Pending};
-use super::rows::{FileError, Parsed};
 use super::summary::Tally;
 use super::{Batch, Ended, ROUND_ROWS, Run};
+use crate::bulk::rows::{FileError, Parsed};
 use crate::storage::StorageError;
 
 /// Two already overlap the importer's work with Redis's; four kept Redis

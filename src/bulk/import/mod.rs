@@ -30,8 +30,6 @@
 mod apply;
 mod args;
 mod lanes;
-mod progress;
-mod rows;
 mod summary;
 
 use std::collections::{HashMap, VecDeque};
@@ -46,14 +44,14 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::bulk::START_WITHIN;
+use crate::bulk::progress::Progress;
+use crate::bulk::rows::{FileError, Parsed, RowReader};
 use crate::config::Settings;
 use crate::domain::import_mark::{FileId, FileIdHasher};
 use crate::storage::{NotApplied, RedisStore, StorageError};
 use crate::telemetry::Metrics;
 use apply::Applier;
 use args::ImportArgs;
-use progress::Progress;
-use rows::{FileError, Parsed, RowReader};
 use summary::{Summary, Tally};
 
 /// Rows per round of a lane: a few thousand per connection make a round
@@ -109,25 +107,12 @@ enum Batch {
 }
 
 async fn import(args: ImportArgs, settings: Settings) -> ExitCode {
-    let (input, size): (Box<dyn Read + Send>, Option<u64>) = match &args.file {
-        None => (Box::new(std::io::stdin()), None),
-        Some(path) => match std::fs::File::open(path) {
-            Ok(file) => {
-                let size = file
-                    .metadata()
-                    .ok()
-                    .filter(|m| m.is_file())
-                    .map(|m| m.len());
-                (Box::new(file), size)
-            }
-            Err(error) => {
-                eprintln!(
-                    "sticky-routing import: cannot open {}: {error}",
-                    path.display()
-                );
-                return ExitCode::from(EXIT_TROUBLE);
-            }
-        },
+    let (input, size) = match crate::bulk::open_input(args.file.as_deref()) {
+        Ok(opened) => opened,
+        Err(problem) => {
+            eprintln!("sticky-routing import: {problem}");
+            return ExitCode::from(EXIT_TROUBLE);
+        }
     };
     // Signals first: hashing a big file takes a while, and a signal must
     // stop that too, not kill the process without its resume hint.
@@ -164,7 +149,7 @@ async fn import(args: ImportArgs, settings: Settings) -> ExitCode {
     let mut batches = spawn_reader(input, args.format, args.skip, bytes.clone());
     let mut run = Run {
         tally: Tally::default(),
-        progress: Progress::new(size, bytes),
+        progress: Progress::new("import", size, bytes),
         buffer: VecDeque::new(),
         received: 0,
         reader_done: false,

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::rows::Row;
+use crate::bulk::rows::Row;
 use crate::domain::admission::AdmissionRefusal;
 use crate::domain::counts::{Outcome, Recorded};
 
