@@ -1,5 +1,5 @@
 //! The `sticky-routing` binary: parse the settings, build, serve, drain;
-//! or run a bulk subcommand (`import`, `export`, `report`).
+//! or run a bulk subcommand (`import`, `export`, `report`, `replay`).
 //!
 //! The runtime is built by hand, after the settings are parsed, so that its
 //! thread count is a checked setting like any other.
@@ -29,6 +29,9 @@ fn main() -> ExitCode {
         }
         Ok(CommandLine::Report(args)) => {
             return sticky_routing::bulk::report::run(&args, &config::process_env());
+        }
+        Ok(CommandLine::Replay(args)) => {
+            return sticky_routing::bulk::replay::run(&args, &config::process_env());
         }
         Err(error) => {
             eprintln!("sticky-routing: {error}");

@@ -1,5 +1,5 @@
 //! The command line: `[--config FILE] | --help | --version`, or a bulk
-//! subcommand (`import ...`, `export ...`, `report ...`) that reads its own
+//! subcommand (`import ...`, `export ...`, `report ...`, `replay ...`) that reads its own
 //! arguments.
 
 use std::collections::HashMap;
@@ -21,6 +21,9 @@ pub enum CommandLine {
     /// `sticky-routing report ARGS`: the experiment report reads the
     /// arguments.
     Report(Vec<String>),
+    /// `sticky-routing replay ARGS`: the offline replay reads the
+    /// arguments.
+    Replay(Vec<String>),
 }
 
 /// `--help`: the usage line, then every setting from its declaration.
@@ -30,7 +33,8 @@ fn usage() -> String {
          usage: sticky-routing [--config FILE]           serve gRPC\n\
          \x20      sticky-routing import [OPTIONS] FILE|-  apply historical outcomes (--help)\n\
          \x20      sticky-routing export [OPTIONS] [FILE]  write every habit as rows (--help)\n\
-         \x20      sticky-routing report [OPTIONS]         the rollout's uplift per merchant (--help)\n\n\
+         \x20      sticky-routing report [OPTIONS]         the rollout's uplift per merchant (--help)\n\
+         \x20      sticky-routing replay [OPTIONS] FILE|-  what pinning would have done on a history (--help)\n\n\
          Settings come from built-in defaults, then the TOML file (--config FILE or\n\
          STICKY_ROUTING_CONFIG), then these environment variables:\n",
     );
@@ -76,6 +80,7 @@ pub fn parse_command_line(
         Some("import") => return Ok(CommandLine::Import(args[1..].to_vec())),
         Some("export") => return Ok(CommandLine::Export(args[1..].to_vec())),
         Some("report") => return Ok(CommandLine::Report(args[1..].to_vec())),
+        Some("replay") => return Ok(CommandLine::Replay(args[1..].to_vec())),
         _ => {}
     }
     let mut config_file = None;

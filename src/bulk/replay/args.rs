@@ -1,0 +1,162 @@
+//! `sticky-routing replay`'s command line.
+
+use std::path::PathBuf;
+
+use crate::bulk::Format;
+use crate::domain::ids::MerchantId;
+
+pub const USAGE: &str = "\
+usage: sticky-routing replay [--format csv|jsonl] [--merchant ID] [--admission]
+                             [--top N] [--json] [--config FILE] FILE|-
+
+Replays a payment history in memory, without Redis, through the service's own
+rules and settings, and reports what pinning would have done: for each attempt,
+first the pin GetPin would have given from the habits of the rows before it,
+then the attempt recorded as RecordOutcome records it.
+Rows are import's (merchant_id, customer_id, payment_method,
+payment_method_type, connector, outcome, optional count and attempt_id) in time
+order, plus an optional `at`: the attempt's time, RFC 3339 or Unix seconds (a
+row without one is one second after the row before; the first is at 0).
+
+  --format csv|jsonl  needed for stdin (-) and names other than .csv/.jsonl/.ndjson
+  --merchant ID       replay only this merchant's rows
+  --admission         apply the admission budgets and windows, by `at`
+  --top N             the N merchants with the most attempts (default 10)
+  --json              one JSON object instead of the table
+  --config FILE       the service's settings file (else STICKY_ROUTING_CONFIG)
+
+The figures are an observational estimate, not an experiment: the holdout
+(STICKY_ROUTING_HOLDOUT) measures the uplift of a real rollout.
+
+Exit: 0 every row replayed; 1 some row was bad (reported as `line N: reason`
+and skipped); 2 usage or file error.";
+
+/// How many merchants the report lists by default.
+pub const DEFAULT_TOP: usize = 10;
+
+/// What the command line asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayArgs {
+    pub format: Format,
+    /// `None`: stdin.
+    pub file: Option<PathBuf>,
+    pub merchant: Option<MerchantId>,
+    pub admission: bool,
+    pub top: usize,
+    pub json: bool,
+    pub config_file: Option<PathBuf>,
+}
+
+/// `Ok(None)`: `--help`; `Err(problem)`: a usage error.
+pub fn parse(args: &[String]) -> Result<Option<ReplayArgs>, String> {
+    let mut format = None;
+    let mut file = None;
+    let mut merchant = None;
+    let mut admission = false;
+    let mut top = DEFAULT_TOP;
+    let mut json = false;
+    let mut config_file = None;
+    let mut flags = crate::bulk::flags::Flags::new(args);
+    while let Some(flag) = flags.next_word() {
+        let mut value = || flags.value(flag);
+        match flag {
+            "-h" | "--help" => return Ok(None),
+            "--admission" => admission = true,
+            "--json" => json = true,
+            "--format" => {
+                let word = value()?;
+                format = Some(
+                    Format::from_flag(word)
+                        .ok_or_else(|| format!("--format must be csv or jsonl, not `{word}`"))?,
+                );
+            }
+            "--merchant" => {
+                let id = MerchantId::parse(value()?)
+                    .map_err(|invalid| format!("--merchant: {}", invalid.reason))?;
+                merchant = Some(id);
+            }
+            "--top" => {
+                let word = value()?;
+                top = word.parse().map_err(|_| {
+                    format!("--top needs a whole number of merchants, not `{word}`")
+                })?;
+            }
+            "--config" => config_file = Some(PathBuf::from(value()?)),
+            "-" if file.is_none() => file = Some(None),
+            other if other.starts_with('-') => return Err(format!("unknown option `{other}`")),
+            path if file.is_none() => file = Some(Some(PathBuf::from(path))),
+            extra => return Err(format!("one FILE only; `{extra}` is one too many")),
+        }
+    }
+    let file = file.ok_or("a FILE (or - for stdin) is needed")?;
+    let format = match (format, &file) {
+        (Some(format), _) => format,
+        (None, Some(path)) => Format::from_path(path).ok_or_else(|| {
+            format!(
+                "cannot tell the format of `{}` from its name; give --format csv|jsonl",
+                path.display()
+            )
+        })?,
+        (None, None) => return Err("stdin (-) needs --format csv|jsonl".to_owned()),
+    };
+    Ok(Some(ReplayArgs {
+        format,
+        file,
+        merchant,
+        admission,
+        top,
+        json,
+        config_file,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_words(words: &str) -> Result<Option<ReplayArgs>, String> {
+        let args: Vec<String> = words.split_whitespace().map(str::to_owned).collect();
+        parse(&args)
+    }
+
+    #[test]
+    fn flags_and_the_file_are_read() {
+        let args = parse_words("--admission --top 3 --json --merchant m1 h.csv")
+            .unwrap()
+            .unwrap();
+        assert_eq!(args.format, Format::Csv);
+        assert_eq!(args.file, Some(PathBuf::from("h.csv")));
+        assert!(args.admission && args.json);
+        assert_eq!(args.top, 3);
+        assert_eq!(args.merchant, Some(MerchantId::parse("m1").unwrap()));
+        let args = parse_words("--format=jsonl -").unwrap().unwrap();
+        assert_eq!((args.format, args.file), (Format::Jsonl, None));
+        assert_eq!(args.top, DEFAULT_TOP);
+        assert!(!args.admission && !args.json && args.merchant.is_none());
+    }
+
+    #[test]
+    fn usage_errors_say_what_is_wrong() {
+        for (words, says) in [
+            ("-", "stdin (-) needs --format"),
+            ("h.txt", "cannot tell the format"),
+            ("--format xml h.csv", "--format must be csv or jsonl"),
+            ("--top -1 h.csv", "--top needs a whole number"),
+            ("--top", "--top needs a value"),
+            ("--merchant", "--merchant needs a value"),
+            ("", "a FILE"),
+            ("a.csv b.csv", "one too many"),
+            ("--frobnicate a.csv", "unknown option"),
+        ] {
+            let problem = parse_words(words).unwrap_err();
+            assert!(problem.contains(says), "{words}: {problem}");
+        }
+        let empty = vec!["--merchant".to_owned(), " ".to_owned(), "h.csv".to_owned()];
+        assert!(
+            parse(&empty)
+                .unwrap_err()
+                .starts_with("--merchant: must not be empty")
+        );
+        assert_eq!(parse_words("--help"), Ok(None));
+    }
+}

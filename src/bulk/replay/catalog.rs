@@ -1,0 +1,301 @@
+//! A replayed row's fields as small numbers: merchants, payment methods,
+//! connectors and combos are each validated once, by the domain's own
+//! parsers, the first time a spelling appears, and named by their index
+//! after that; a customer is a 128-bit hash of (merchant, customer id).
+//!
+//! This is what keeps a replay at a million rows a second: the common row
+//! meets only hash lookups of text it borrows from the reader's buffer, and
+//! allocates nothing. The validation, and its order (the first bad field of
+//! a row is the one named), is RecordOutcome's: `RecordCommand::parse`
+//! checks the same fields with the same parsers in the same order.
+//!
+//! Customers are never kept as text: the report needs none, and a customer
+//! id is personal data. Two customers of a merchant share a hash only if
+//! both 64-bit halves of it collide (about n² / 2¹²⁹ for n customers: nil
+//! for any history).
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash};
+
+use foldhash::fast::RandomState;
+
+use super::at;
+use crate::bulk::rows::{Fields, parse_outcome};
+use crate::domain::InvalidInput;
+use crate::domain::attempts::{AttemptDigest, AttemptId};
+use crate::domain::combo::{Combo, MethodPrefix};
+use crate::domain::counts::Outcome;
+use crate::domain::ids::{Connector, CustomerId, MerchantId, PaymentMethod, PaymentMethodType};
+
+/// One valid row, as numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempt {
+    /// Index into [`Catalog::merchant`].
+    pub merchant: u32,
+    /// The customer's identity within the replay.
+    pub customer: u128,
+    /// Index into [`Catalog::prefix`]: the payment method and type.
+    pub prefix: u32,
+    /// Index into [`Catalog::field`]: the combo.
+    pub combo: u32,
+    pub outcome: Outcome,
+    pub attempt: Option<AttemptDigest>,
+    /// How many identical attempts the row stands for.
+    pub times: u32,
+    /// The row's `at` in Unix milliseconds, when it has one.
+    pub at: Option<i64>,
+}
+
+/// What a row is to the replay.
+#[derive(Debug)]
+pub enum Read {
+    Attempt(Attempt),
+    /// A row of another merchant than `--merchant`'s.
+    OtherMerchant,
+    /// A bad row: why, and its merchant when that much of it was valid.
+    Bad {
+        reason: String,
+        merchant: Option<u32>,
+    },
+}
+
+/// One combo: its field, and the connector within it.
+#[derive(Debug)]
+struct ComboEntry {
+    field: Box<str>,
+    /// Where the connector starts in `field`.
+    connector_at: usize,
+}
+
+/// Every spelling seen so far, and what it stands for.
+#[derive(Default)]
+pub struct Catalog {
+    only: Option<MerchantId>,
+    merchants: Interner<MerchantId>,
+    methods: Interner<PaymentMethod>,
+    types: Interner<PaymentMethodType>,
+    connectors: Interner<Connector>,
+    prefix_by_parts: HashMap<(u32, u32), u32, RandomState>,
+    prefixes: Vec<MethodPrefix>,
+    combo_by_parts: HashMap<(u32, u32, u32), Result<u32, InvalidInput>, RandomState>,
+    combos: Vec<ComboEntry>,
+}
+
+/// Two fixed seeds: the two halves of a customer's identity.
+const CUSTOMER_SEEDS: [u64; 2] = [0x5ec7_a1b2_c3d4_e5f6, 0x9e37_79b9_7f4a_7c15];
+
+impl Catalog {
+    /// A catalog that reads every row, or only `only`'s.
+    pub fn new(only: Option<MerchantId>) -> Self {
+        Self {
+            only,
+            ..Self::default()
+        }
+    }
+
+    pub fn merchant(&self, index: u32) -> &MerchantId {
+        self.merchants.get(index)
+    }
+
+    /// How many merchants were seen.
+    pub fn merchant_count(&self) -> usize {
+        self.merchants.values.len()
+    }
+
+    pub fn prefix(&self, index: u32) -> &MethodPrefix {
+        &self.prefixes[index as usize]
+    }
+
+    /// A combo's hash field, `{PM}:{PMT}:{connector}`.
+    pub fn field(&self, combo: u32) -> &str {
+        &self.combos[combo as usize].field
+    }
+
+    /// A combo's connector.
+    pub fn connector(&self, combo: u32) -> &str {
+        let entry = &self.combos[combo as usize];
+        &entry.field[entry.connector_at..]
+    }
+
+    /// Reads one row's fields: the attempt, or why the row is bad. The
+    /// fields are checked in RecordOutcome's order, then `count`, then
+    /// `at`.
+    pub fn read(&mut self, fields: &Fields<'_>) -> Read {
+        if let Some(missing) = fields.missing() {
+            return Read::Bad {
+                reason: missing,
+                merchant: None,
+            };
+        }
+        let raw = fields.raw();
+        let merchant = match self.merchant_index(raw.merchant_id) {
+            Ok(Some(merchant)) => merchant,
+            Ok(None) => return Read::OtherMerchant,
+            Err(invalid) => {
+                return Read::Bad {
+                    reason: invalid.to_string(),
+                    merchant: None,
+                };
+            }
+        };
+        let bad = |reason: String| Read::Bad {
+            reason,
+            merchant: Some(merchant),
+        };
+        let customer = match CustomerId::check(raw.customer_id) {
+            Ok(customer) => self.customer_identity(merchant, customer),
+            Err(invalid) => return bad(invalid.to_string()),
+        };
+        let parts = self
+            .method_index(raw.payment_method)
+            .and_then(|method| Ok((method, self.type_index(raw.payment_method_type)?)))
+            .and_then(|(method, kind)| Ok((method, kind, self.connector_index(raw.connector)?)))
+            .and_then(|(method, kind, connector)| self.combo_index(method, kind, connector));
+        let (prefix, combo) = match parts {
+            Ok(parts) => parts,
+            Err(invalid) => return bad(invalid.to_string()),
+        };
+        let outcome = match parse_outcome(fields.outcome_word()) {
+            Ok(outcome) => outcome,
+            Err(invalid) => return bad(invalid.to_string()),
+        };
+        let attempt = match AttemptId::parse_digest(raw.attempt_id) {
+            Ok(attempt) => attempt,
+            Err(invalid) => return bad(invalid.to_string()),
+        };
+        let times = match fields.count() {
+            Ok(times) => times,
+            Err(reason) => return bad(reason),
+        };
+        if times > 1 && attempt.is_some() {
+            return bad(
+                "count: a row with an attempt_id is one attempt; a count above 1 cannot go with it"
+                    .to_owned(),
+            );
+        }
+        let at = match at::parse(fields.at().unwrap_or_default()) {
+            Ok(at) => at,
+            Err(reason) => return bad(reason.to_owned()),
+        };
+        Read::Attempt(Attempt {
+            merchant,
+            customer,
+            prefix,
+            combo,
+            outcome,
+            attempt,
+            times,
+            at,
+        })
+    }
+
+    /// The merchant's index; `None` for a merchant `--merchant` leaves out.
+    fn merchant_index(&mut self, text: &str) -> Result<Option<u32>, InvalidInput> {
+        let index = self.merchants.index(text, MerchantId::parse)?;
+        let wanted = self
+            .only
+            .as_ref()
+            .is_none_or(|only| only == self.merchants.get(index));
+        Ok(wanted.then_some(index))
+    }
+
+    fn customer_identity(&self, merchant: u32, customer: &str) -> u128 {
+        let [high, low] = CUSTOMER_SEEDS.map(|seed| {
+            foldhash::quality::FixedState::with_seed(seed).hash_one((merchant, customer))
+        });
+        (u128::from(high) << 64) | u128::from(low)
+    }
+
+    fn method_index(&mut self, text: &str) -> Result<u32, InvalidInput> {
+        self.methods.index(text, PaymentMethod::parse)
+    }
+
+    fn type_index(&mut self, text: &str) -> Result<u32, InvalidInput> {
+        self.types.index(text, PaymentMethodType::parse)
+    }
+
+    fn connector_index(&mut self, text: &str) -> Result<u32, InvalidInput> {
+        self.connectors.index(text, Connector::parse)
+    }
+
+    /// The prefix and combo of (method, type, connector), checked by
+    /// [`Combo::new`] once.
+    fn combo_index(
+        &mut self,
+        method: u32,
+        kind: u32,
+        connector: u32,
+    ) -> Result<(u32, u32), InvalidInput> {
+        let prefix = match self.prefix_by_parts.get(&(method, kind)) {
+            Some(&prefix) => prefix,
+            None => {
+                let prefix = MethodPrefix::new(self.methods.get(method), self.types.get(kind));
+                self.prefixes.push(prefix);
+                let index = (self.prefixes.len() - 1) as u32;
+                self.prefix_by_parts.insert((method, kind), index);
+                index
+            }
+        };
+        let key = (method, kind, connector);
+        if let Some(known) = self.combo_by_parts.get(&key) {
+            return known.clone().map(|combo| (prefix, combo));
+        }
+        let made = Combo::new(
+            self.methods.get(method),
+            self.types.get(kind),
+            self.connectors.get(connector),
+        )
+        .map(|combo| {
+            self.combos.push(ComboEntry {
+                connector_at: self.prefixes[prefix as usize].as_str().len(),
+                field: combo.field().into(),
+            });
+            (self.combos.len() - 1) as u32
+        });
+        self.combo_by_parts.insert(key, made.clone());
+        made.map(|combo| (prefix, combo))
+    }
+}
+
+/// Values of one kind, each under an index, and the spellings read so far.
+struct Interner<T> {
+    by_text: HashMap<Box<str>, u32, RandomState>,
+    by_value: HashMap<T, u32, RandomState>,
+    values: Vec<T>,
+}
+
+impl<T> Default for Interner<T> {
+    fn default() -> Self {
+        Self {
+            by_text: HashMap::default(),
+            by_value: HashMap::default(),
+            values: Vec::new(),
+        }
+    }
+}
+
+impl<T: Clone + Eq + Hash> Interner<T> {
+    /// The index of `text` once `parse` accepts it; equal values share one
+    /// index whatever their spelling (`card` and `CARD`).
+    fn index(
+        &mut self,
+        text: &str,
+        parse: impl FnOnce(&str) -> Result<T, InvalidInput>,
+    ) -> Result<u32, InvalidInput> {
+        if let Some(&index) = self.by_text.get(text) {
+            return Ok(index);
+        }
+        let value = parse(text)?;
+        let next = self.values.len() as u32;
+        let index = *self.by_value.entry(value.clone()).or_insert(next);
+        if index == next {
+            self.values.push(value);
+        }
+        self.by_text.insert(text.into(), index);
+        Ok(index)
+    }
+
+    fn get(&self, index: u32) -> &T {
+        &self.values[index as usize]
+    }
+}

@@ -1,0 +1,237 @@
+//! `sticky-routing replay`: what pinning would have done on a payment
+//! history, computed offline, in memory, without Redis.
+//!
+//! The rows are import's ([`crate::bulk::rows`]) plus `at`; each is read
+//! into small numbers ([`catalog`]), and each attempt is replayed by
+//! [`engine`] with the service's own rules and settings: the pin first,
+//! then the attempt recorded. [`figures`] turns the counts into the
+//! report. One thread does it all: a replay is bound by parsing and
+//! hashing, and one core reads a CSV history at about a million attempts
+//! a second (bench/README.md, "Replay").
+//!
+//! Time is the rows' own: a row's `at`, or one second after the row before
+//! it. A row earlier than the one before is bad (a history must be in time
+//! order, or expiry and admission would be decided backwards).
+
+pub mod args;
+mod at;
+pub mod catalog;
+pub mod engine;
+pub mod figures;
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use crate::bulk::Format;
+use crate::bulk::progress::Progress;
+use crate::bulk::rows::{FileError, RowReader};
+use crate::domain::Rules;
+use args::ReplayArgs;
+use catalog::{Catalog, Read as RowRead};
+use engine::{Engine, Seen};
+use figures::{Figures, Report};
+
+const EXIT_BAD_ROWS: u8 = 1;
+/// How many rows go by between two progress updates.
+const PROGRESS_EVERY: u64 = 1 << 16;
+/// The time of a row without `at`: this long after the row before.
+const IMPLIED_STEP_MS: i64 = 1_000;
+
+/// Runs `sticky-routing replay ARGS` with the process environment `env`.
+pub fn run(args: &[String], env: &HashMap<String, String>) -> ExitCode {
+    let (args, settings) = match crate::bulk::request_and_settings(
+        "replay",
+        args,
+        env,
+        args::USAGE,
+        args::parse,
+        |args: &ReplayArgs| args.config_file.as_deref(),
+    ) {
+        Ok(started) => started,
+        Err(code) => return code,
+    };
+    let (input, size) = match crate::bulk::open_input(args.file.as_deref()) {
+        Ok(opened) => opened,
+        Err(problem) => return crate::bulk::fail("replay", &problem),
+    };
+    let bytes = Arc::new(AtomicU64::new(0));
+    let mut progress = Progress::new("replay", size, bytes.clone());
+    let replayed = replay(
+        input,
+        args.format,
+        bytes,
+        &settings.rules,
+        &args,
+        |event| match event {
+            Event::Bad { line, reason } => progress.println(&format!("line {line}: {reason}")),
+            Event::Rows(rows) => progress.update(rows),
+            Event::Attempt { .. } => {}
+        },
+    );
+    progress.finish();
+    let replayed = match replayed {
+        Ok(replayed) => replayed,
+        Err(problem) => return crate::bulk::fail("replay", &problem),
+    };
+    let report = replayed.report(args.top);
+    let source = args
+        .file
+        .as_ref()
+        .map_or_else(|| "stdin".to_owned(), |path| path.display().to_string());
+    let text = if args.json {
+        format!("{}\n", report.json())
+    } else {
+        report.text(&source, replayed.customers)
+    };
+    crate::process::print_to_stdout(&text);
+    if report.overall.bad_rows > 0 {
+        ExitCode::from(EXIT_BAD_ROWS)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// What a replay tells its caller as it goes.
+pub enum Event<'a> {
+    /// A bad row, reported and skipped.
+    Bad { line: u64, reason: &'a str },
+    /// This many data rows were read so far (every [`PROGRESS_EVERY`]).
+    Rows(u64),
+    /// One attempt (not a duplicate): the line it came from, its merchant
+    /// and connector, and the connector GetPin would have pinned it to.
+    Attempt {
+        line: u64,
+        merchant: &'a str,
+        connector: &'a str,
+        pin: Option<&'a str>,
+    },
+}
+
+/// A finished replay: its figures, and what its report needs.
+pub struct Replayed {
+    catalog: Catalog,
+    overall: figures::Tally,
+    merchants: Vec<(u32, figures::Tally)>,
+    /// Customers with habits at the end.
+    pub customers: usize,
+}
+
+impl Replayed {
+    /// Every merchant together, and the `top` merchants by attempts (ties
+    /// by merchant id, bytewise).
+    pub fn report(&self, top: usize) -> Report {
+        let mut merchants: Vec<(&str, &figures::Tally)> = self
+            .merchants
+            .iter()
+            .map(|(index, tally)| (self.catalog.merchant(*index).as_str(), tally))
+            .collect();
+        merchants.sort_by(|a, b| {
+            b.1.attempts
+                .cmp(&a.1.attempts)
+                .then_with(|| a.0.as_bytes().cmp(b.0.as_bytes()))
+        });
+        Report {
+            overall: Figures::of(None, &self.overall),
+            merchants: merchants
+                .into_iter()
+                .take(top)
+                .map(|(id, tally)| Figures::of(Some(id), tally))
+                .collect(),
+        }
+    }
+}
+
+/// Replays the rows of `input` under `rules` as `args` asks (`--merchant`,
+/// `--admission`), telling `seen` of every bad row, attempt and progress.
+/// `Err` is a problem with the file as a whole (exit 2).
+pub fn replay(
+    input: Box<dyn Read + Send>,
+    format: Format,
+    bytes: Arc<AtomicU64>,
+    rules: &Rules,
+    args: &ReplayArgs,
+    mut seen: impl FnMut(Event<'_>),
+) -> Result<Replayed, String> {
+    let mut reader = RowReader::new(input, format, bytes).map_err(|error| error.to_string())?;
+    let mut catalog = Catalog::new(args.merchant.clone());
+    let mut engine = Engine::new(rules, args.admission);
+    let mut previous_at: Option<i64> = None;
+    let mut rows = 0u64;
+    loop {
+        let next =
+            reader.next_with(|line, fields| (line, fields.map(|fields| catalog.read(fields))));
+        let (line, read) = match next {
+            None => break,
+            Some(Ok(read)) => read,
+            Some(Err(error)) => return Err(file_problem(&error)),
+        };
+        rows += 1;
+        if rows.is_multiple_of(PROGRESS_EVERY) {
+            seen(Event::Rows(rows));
+        }
+        let attempt = match read {
+            Ok(RowRead::Attempt(attempt)) => attempt,
+            Ok(RowRead::OtherMerchant) => continue,
+            Ok(RowRead::Bad { reason, merchant }) => {
+                engine.bad_row(merchant);
+                seen(Event::Bad {
+                    line,
+                    reason: &reason,
+                });
+                continue;
+            }
+            Err(reason) => {
+                engine.bad_row(None);
+                seen(Event::Bad {
+                    line,
+                    reason: &reason,
+                });
+                continue;
+            }
+        };
+        let at = match (attempt.at, previous_at) {
+            (Some(at), Some(previous)) if at < previous => {
+                engine.bad_row(Some(attempt.merchant));
+                seen(Event::Bad {
+                    line,
+                    reason: "at: earlier than the row before it (rows must be in time order)",
+                });
+                continue;
+            }
+            (Some(at), _) => at,
+            (None, Some(previous)) => previous.saturating_add(IMPLIED_STEP_MS),
+            (None, None) => 0,
+        };
+        previous_at = Some(at);
+        for _ in 0..attempt.times {
+            let Seen::Attempt { pin } = engine
+                .attempt(&catalog, &attempt, at)
+                .map_err(|disagreement| disagreement.to_string())?
+            else {
+                continue;
+            };
+            seen(Event::Attempt {
+                line,
+                merchant: catalog.merchant(attempt.merchant).as_str(),
+                connector: catalog.connector(attempt.combo),
+                pin,
+            });
+        }
+    }
+    Ok(Replayed {
+        overall: *engine.overall(),
+        merchants: engine
+            .merchants()
+            .map(|(index, tally)| (index, *tally))
+            .collect(),
+        customers: engine.customers(),
+        catalog,
+    })
+}
+
+fn file_problem(error: &FileError) -> String {
+    format!("{error}")
+}
