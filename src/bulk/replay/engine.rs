@@ -77,6 +77,16 @@ pub struct Engine<'r> {
     customers: HashMap<u128, Customer, BuildHasherDefault<Prehashed>>,
     merchants: Vec<Merchant>,
     overall: Tally,
+    sweep: Sweep,
+}
+
+/// When the customers whose hashes expired were last let go.
+#[derive(Default)]
+struct Sweep {
+    /// The time of the last sweep.
+    at_ms: i64,
+    /// Attempts since then.
+    attempts: usize,
 }
 
 impl<'r> Engine<'r> {
@@ -94,11 +104,16 @@ impl<'r> Engine<'r> {
             customers: HashMap::default(),
             merchants: Vec::new(),
             overall: Tally::default(),
+            sweep: Sweep::default(),
         }
     }
 
-    /// How many customers have habits now.
-    pub fn customers(&self) -> usize {
+    /// How many customers still have habits at `at_ms` (the end of the
+    /// history): those whose hash has not expired by then.
+    pub fn customers_at(&mut self, at_ms: i64) -> usize {
+        let ttl = self.rules.key_ttl;
+        self.customers
+            .retain(|_, customer| !outlived(customer.written_ms, at_ms, ttl));
         self.customers.len()
     }
 
@@ -134,6 +149,7 @@ impl<'r> Engine<'r> {
         at_ms: i64,
     ) -> Result<Seen<'c>, Disagreement> {
         let ttl = self.rules.key_ttl;
+        self.sweep_expired(at_ms);
         if let Some(customer) = self.customers.get(&attempt.customer)
             && outlived(customer.written_ms, at_ms, ttl)
         {
@@ -246,6 +262,22 @@ impl<'r> Engine<'r> {
             customer.written_ms = at_ms;
         }
         Reply::Recorded(recorded)
+    }
+
+    /// Lets go of every customer whose hash has expired by `at_ms`, as Redis
+    /// would: memory holds only customers with habits. A sweep visits every
+    /// customer, so one comes only after a whole key TTL of history time
+    /// and as many attempts as there are customers: at most one visit per
+    /// attempt, however short the TTL.
+    fn sweep_expired(&mut self, at_ms: i64) {
+        self.sweep.attempts += 1;
+        let ttl = self.rules.key_ttl;
+        if self.sweep.attempts < self.customers.len() || !outlived(self.sweep.at_ms, at_ms, ttl) {
+            return;
+        }
+        self.customers
+            .retain(|_, customer| !outlived(customer.written_ms, at_ms, ttl));
+        self.sweep = Sweep { at_ms, attempts: 0 };
     }
 
     fn merchant(&mut self, index: u32) -> &mut Merchant {

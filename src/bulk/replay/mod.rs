@@ -227,7 +227,7 @@ pub fn replay(
             .merchants()
             .map(|(index, tally)| (index, *tally))
             .collect(),
-        customers: engine.customers(),
+        customers: engine.customers_at(previous_at.unwrap_or_default()),
         catalog,
     })
 }
