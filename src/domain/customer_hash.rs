@@ -55,6 +55,11 @@ impl<F: Copy + Eq> CustomerHash<F> {
         self.fields.iter().copied()
     }
 
+    /// The attempts the hash remembers.
+    pub fn remembered(&self) -> &Remembered {
+        &self.remembered
+    }
+
     /// The count of `field`, 0 when absent.
     pub fn count(&self, field: F) -> i64 {
         self.position(field).map_or(0, |at| self.fields[at].1)
