@@ -101,10 +101,27 @@ fn digest_of(id: &str) -> AttemptDigest {
 pub struct AttemptDigest(pub [u8; DIGEST_BYTES]);
 
 /// The attempts one hash remembers, as stored: digests, oldest first.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Remembered(Vec<AttemptDigest>);
+/// Inline, without a heap allocation: `sticky-routing replay` keeps one
+/// for every customer that sent attempt ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Remembered {
+    digests: [AttemptDigest; REMEMBERED_ATTEMPTS],
+    len: u8,
+}
+
+impl Default for Remembered {
+    fn default() -> Self {
+        Self::EMPTY
+    }
+}
 
 impl Remembered {
+    /// Remembers nothing.
+    pub const EMPTY: Self = Self {
+        digests: [AttemptDigest([0; DIGEST_BYTES]); REMEMBERED_ATTEMPTS],
+        len: 0,
+    };
+
     /// Reads the stored value; `None` when it is not one this service writes.
     pub fn decode(stored: &[u8]) -> Option<Self> {
         if !stored.len().is_multiple_of(DIGEST_BYTES)
@@ -112,32 +129,37 @@ impl Remembered {
         {
             return None;
         }
-        Some(Self(
-            stored
-                .chunks_exact(DIGEST_BYTES)
-                .map(|chunk| {
-                    let mut digest = [0; DIGEST_BYTES];
-                    digest.copy_from_slice(chunk);
-                    AttemptDigest(digest)
-                })
-                .collect(),
-        ))
+        let mut remembered = Self::EMPTY;
+        for chunk in stored.chunks_exact(DIGEST_BYTES) {
+            let mut digest = [0; DIGEST_BYTES];
+            digest.copy_from_slice(chunk);
+            remembered.remember(AttemptDigest(digest));
+        }
+        Some(remembered)
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        self.0.iter().flat_map(|digest| digest.0).collect()
+        self.as_slice().iter().flat_map(|digest| digest.0).collect()
     }
 
     pub fn contains(&self, attempt: AttemptDigest) -> bool {
-        self.0.contains(&attempt)
+        self.as_slice().contains(&attempt)
     }
 
     /// Remembers `attempt` as the newest, forgetting the oldest past the limit.
     pub fn remember(&mut self, attempt: AttemptDigest) {
-        self.0.push(attempt);
-        if self.0.len() > REMEMBERED_ATTEMPTS {
-            self.0.remove(0);
+        let len = usize::from(self.len);
+        if len < REMEMBERED_ATTEMPTS {
+            self.digests[len] = attempt;
+            self.len += 1;
+        } else {
+            self.digests.rotate_left(1);
+            self.digests[REMEMBERED_ATTEMPTS - 1] = attempt;
         }
+    }
+
+    fn as_slice(&self) -> &[AttemptDigest] {
+        &self.digests[..usize::from(self.len)]
     }
 }
 

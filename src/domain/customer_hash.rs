@@ -26,7 +26,10 @@ use super::prune::prune_among;
 pub struct CustomerHash<F> {
     /// Two combos inline: most customers pay with one or two.
     fields: SmallVec<[(F, i64); 2]>,
-    remembered: Remembered,
+    /// Boxed, and only once an attempt id comes: most histories have none,
+    /// and a replay keeps one of these per customer (bench/README.md,
+    /// "Replay").
+    remembered: Option<Box<Remembered>>,
 }
 
 /// What a failure left of the hash.
@@ -41,13 +44,14 @@ pub enum Left {
 impl<F: Copy + Eq> CustomerHash<F> {
     /// The hash a first success creates: `field` at 1, and the attempt.
     pub fn created(field: F, attempt: Option<AttemptDigest>) -> Self {
-        let mut remembered = Remembered::default();
-        if let Some(attempt) = attempt {
-            remembered.remember(attempt);
-        }
         let mut fields = SmallVec::new();
         fields.push((field, 1));
-        Self { fields, remembered }
+        let mut hash = Self {
+            fields,
+            remembered: None,
+        };
+        hash.remember(attempt);
+        hash
     }
 
     /// The combos and their counts, in no particular order.
@@ -57,7 +61,7 @@ impl<F: Copy + Eq> CustomerHash<F> {
 
     /// The attempts the hash remembers.
     pub fn remembered(&self) -> &Remembered {
-        &self.remembered
+        self.remembered.as_deref().unwrap_or(&Remembered::EMPTY)
     }
 
     /// The count of `field`, 0 when absent.
@@ -67,7 +71,7 @@ impl<F: Copy + Eq> CustomerHash<F> {
 
     /// Whether the hash remembers `attempt`: a call naming it is a repeat.
     pub fn remembers(&self, attempt: Option<AttemptDigest>) -> bool {
-        attempt.is_some_and(|attempt| self.remembered.contains(attempt))
+        attempt.is_some_and(|attempt| self.remembered().contains(attempt))
     }
 
     /// A success on this (existing) hash: a repeat writes nothing; else the
@@ -140,7 +144,9 @@ impl<F: Copy + Eq> CustomerHash<F> {
 
     fn remember(&mut self, attempt: Option<AttemptDigest>) {
         if let Some(attempt) = attempt {
-            self.remembered.remember(attempt);
+            self.remembered
+                .get_or_insert_with(Box::default)
+                .remember(attempt);
         }
     }
 
