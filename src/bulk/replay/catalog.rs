@@ -20,6 +20,7 @@ use std::hash::{BuildHasher, Hash};
 use foldhash::fast::RandomState;
 
 use super::at;
+use super::customers::Identity;
 use crate::bulk::rows::{Fields, parse_outcome};
 use crate::domain::InvalidInput;
 use crate::domain::attempts::{AttemptDigest, AttemptId};
@@ -33,7 +34,7 @@ pub struct Attempt {
     /// Index into [`Catalog::merchant`].
     pub merchant: u32,
     /// The customer's identity within the replay.
-    pub customer: u128,
+    pub customer: Identity,
     /// Index into [`Catalog::prefix`]: the payment method and type.
     pub prefix: u32,
     /// Index into [`Catalog::field`]: the combo.
@@ -199,11 +200,11 @@ impl Catalog {
         Ok(wanted.then_some(index))
     }
 
-    fn customer_identity(&self, merchant: u32, customer: &str) -> u128 {
+    fn customer_identity(&self, merchant: u32, customer: &str) -> Identity {
         let [high, low] = CUSTOMER_SEEDS.map(|seed| {
             foldhash::quality::FixedState::with_seed(seed).hash_one((merchant, customer))
         });
-        (u128::from(high) << 64) | u128::from(low)
+        Identity::from_halves(high, low)
     }
 
     fn method_index(&mut self, text: &str) -> Result<u32, InvalidInput> {

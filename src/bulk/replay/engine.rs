@@ -11,10 +11,8 @@
 //! past its last write plus `KEY_TTL` ([`outlived`]). The memory guard
 //! reads Redis's memory, which a replay does not have: it never refuses.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-
 use super::catalog::{Attempt, Catalog};
+use super::customers::Customers;
 use super::figures::Tally;
 use crate::domain::Rules;
 use crate::domain::admission::{self, WindowCounters};
@@ -46,24 +44,6 @@ pub enum Seen<'c> {
     Duplicate,
 }
 
-/// A customer's identity is already a hash: the map uses it as it is.
-#[derive(Default)]
-struct Prehashed(u64);
-
-impl Hasher for Prehashed {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for byte in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*byte);
-        }
-    }
-    fn write_u128(&mut self, value: u128) {
-        self.0 = value as u64;
-    }
-}
-
 /// The write plan asked for something a replay cannot give: a bug.
 #[derive(Debug, thiserror::Error)]
 #[error("the record plan and the in-memory hash disagree (a bug): {0}")]
@@ -74,7 +54,7 @@ pub struct Engine<'r> {
     rules: &'r Rules,
     admission: Admission,
     cap: usize,
-    customers: HashMap<u128, Customer, BuildHasherDefault<Prehashed>>,
+    customers: Customers<Customer>,
     merchants: Vec<Merchant>,
     overall: Tally,
     sweep: Sweep,
@@ -101,7 +81,7 @@ impl<'r> Engine<'r> {
                 Admission::Skipped
             },
             cap: rules.max_combos_per_customer as usize,
-            customers: HashMap::default(),
+            customers: Customers::default(),
             merchants: Vec::new(),
             overall: Tally::default(),
             sweep: Sweep::default(),
@@ -113,7 +93,7 @@ impl<'r> Engine<'r> {
     pub fn customers_at(&mut self, at_ms: i64) -> usize {
         let ttl = self.rules.key_ttl;
         self.customers
-            .retain(|_, customer| !outlived(customer.written_ms, at_ms, ttl));
+            .retain(|customer| !outlived(customer.written_ms, at_ms, ttl));
         self.customers.len()
     }
 
@@ -150,12 +130,12 @@ impl<'r> Engine<'r> {
     ) -> Result<Seen<'c>, Disagreement> {
         let ttl = self.rules.key_ttl;
         self.sweep_expired(at_ms);
-        if let Some(customer) = self.customers.get(&attempt.customer)
+        if let Some(customer) = self.customers.get(attempt.customer)
             && outlived(customer.written_ms, at_ms, ttl)
         {
-            self.customers.remove(&attempt.customer);
+            self.customers.remove(attempt.customer);
         }
-        let customer = self.customers.get(&attempt.customer);
+        let customer = self.customers.get(attempt.customer);
         if customer.is_some_and(|c| c.hash.remembers(attempt.attempt)) {
             self.overall.duplicates += 1;
             self.merchant(attempt.merchant).tally.duplicates += 1;
@@ -220,7 +200,7 @@ impl<'r> Engine<'r> {
     /// states it; a write re-arms the hash's TTL (its time is `at_ms`).
     fn write(&mut self, catalog: &Catalog, attempt: &Attempt, create: bool, at_ms: i64) -> Reply {
         let id = attempt.customer;
-        let Some(customer) = self.customers.get_mut(&id) else {
+        let Some(customer) = self.customers.get_mut(id) else {
             return match attempt.outcome {
                 Outcome::Success if create => {
                     let hash = CustomerHash::created(attempt.combo, attempt.attempt);
@@ -251,7 +231,7 @@ impl<'r> Engine<'r> {
             Outcome::GatewayFailure => {
                 match customer.hash.failure(attempt.combo, attempt.attempt) {
                     (recorded, Left::Gone) => {
-                        self.customers.remove(&id);
+                        self.customers.remove(id);
                         return Reply::Recorded(recorded);
                     }
                     (recorded, Left::Kept) => recorded,
@@ -276,7 +256,7 @@ impl<'r> Engine<'r> {
             return;
         }
         self.customers
-            .retain(|_, customer| !outlived(customer.written_ms, at_ms, ttl));
+            .retain(|customer| !outlived(customer.written_ms, at_ms, ttl));
         self.sweep = Sweep { at_ms, attempts: 0 };
     }
 

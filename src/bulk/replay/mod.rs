@@ -16,6 +16,7 @@
 pub mod args;
 mod at;
 pub mod catalog;
+mod customers;
 pub mod engine;
 pub mod figures;
 
