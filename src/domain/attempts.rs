@@ -100,40 +100,43 @@ fn digest_of(id: &str) -> AttemptDigest {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AttemptDigest(pub [u8; DIGEST_BYTES]);
 
-/// The attempts one hash remembers, as stored: digests, oldest first.
-/// Inline, without a heap allocation: `sticky-routing replay` keeps one
-/// for every customer that sent attempt ids.
+/// The attempts one hash remembers, oldest first: one to
+/// [`REMEMBERED_ATTEMPTS`] digests (a hash that remembers none has no
+/// `Remembered` at all).
+///
+/// Eight slots and no length: `sticky-routing replay` boxes one for every
+/// customer that sent attempt ids, and 64 bytes is an allocator's size
+/// class where 65 takes 80. Until eight are remembered, the slots before
+/// the oldest hold copies of it. A hash never remembers one attempt twice
+/// (a repeat writes nothing), so the copies change no answer of
+/// [`Self::contains`], the first slot is always the next one forgotten, and
+/// the stored form is the slots from the last copy on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Remembered {
-    digests: [AttemptDigest; REMEMBERED_ATTEMPTS],
-    len: u8,
-}
-
-impl Default for Remembered {
-    fn default() -> Self {
-        Self::EMPTY
-    }
-}
+pub struct Remembered([AttemptDigest; REMEMBERED_ATTEMPTS]);
 
 impl Remembered {
-    /// Remembers nothing.
-    pub const EMPTY: Self = Self {
-        digests: [AttemptDigest([0; DIGEST_BYTES]); REMEMBERED_ATTEMPTS],
-        len: 0,
-    };
+    /// Remembers one attempt.
+    pub fn first(attempt: AttemptDigest) -> Self {
+        Self([attempt; REMEMBERED_ATTEMPTS])
+    }
 
-    /// Reads the stored value; `None` when it is not one this service writes.
-    pub fn decode(stored: &[u8]) -> Option<Self> {
+    /// Reads the stored value: `None` when it is not one this service
+    /// writes, `Some(None)` when it remembers nothing.
+    pub fn decode(stored: &[u8]) -> Option<Option<Self>> {
         if !stored.len().is_multiple_of(DIGEST_BYTES)
             || stored.len() > REMEMBERED_ATTEMPTS * DIGEST_BYTES
         {
             return None;
         }
-        let mut remembered = Self::EMPTY;
+        let mut remembered: Option<Self> = None;
         for chunk in stored.chunks_exact(DIGEST_BYTES) {
             let mut digest = [0; DIGEST_BYTES];
             digest.copy_from_slice(chunk);
-            remembered.remember(AttemptDigest(digest));
+            let digest = AttemptDigest(digest);
+            match &mut remembered {
+                Some(remembered) => remembered.remember(digest),
+                None => remembered = Some(Self::first(digest)),
+            }
         }
         Some(remembered)
     }
@@ -143,23 +146,21 @@ impl Remembered {
     }
 
     pub fn contains(&self, attempt: AttemptDigest) -> bool {
-        self.as_slice().contains(&attempt)
+        self.0.contains(&attempt)
     }
 
-    /// Remembers `attempt` as the newest, forgetting the oldest past the limit.
+    /// Remembers `attempt`, which it does not remember yet, as the newest,
+    /// forgetting the oldest past the limit.
     pub fn remember(&mut self, attempt: AttemptDigest) {
-        let len = usize::from(self.len);
-        if len < REMEMBERED_ATTEMPTS {
-            self.digests[len] = attempt;
-            self.len += 1;
-        } else {
-            self.digests.rotate_left(1);
-            self.digests[REMEMBERED_ATTEMPTS - 1] = attempt;
-        }
+        self.0.rotate_left(1);
+        self.0[REMEMBERED_ATTEMPTS - 1] = attempt;
     }
 
+    /// The attempts, oldest first: the slots from the last copy of the
+    /// first on.
     fn as_slice(&self) -> &[AttemptDigest] {
-        &self.digests[..usize::from(self.len)]
+        let copies = self.0.iter().take_while(|d| **d == self.0[0]).count();
+        &self.0[copies - 1..]
     }
 }
 
@@ -235,18 +236,20 @@ mod tests {
 
     #[test]
     fn the_stored_value_fits_a_listpack_entry() {
-        let mut remembered = Remembered::default();
+        let mut remembered = Remembered::first(digest("a"));
+        assert_eq!(remembered.encode(), digest("a").0);
         for i in 0..20 {
             remembered.remember(digest(&format!("a{i}")));
         }
         assert_eq!(remembered.encode().len(), 64);
+        assert_eq!(size_of::<Remembered>(), 64);
     }
 
     #[test]
     fn foreign_values_do_not_decode() {
         assert_eq!(Remembered::decode(b"abc"), None);
         assert_eq!(Remembered::decode(&[0; 72]), None);
-        assert_eq!(Remembered::decode(b""), Some(Remembered::default()));
+        assert_eq!(Remembered::decode(b""), Some(None));
     }
 
     proptest! {
@@ -255,15 +258,23 @@ mod tests {
             ids in proptest::collection::hash_set("[a-z0-9]{1,12}", 1..30),
         ) {
             let ids: Vec<String> = ids.into_iter().collect();
-            let mut remembered = Remembered::default();
+            let mut remembered: Option<Remembered> = None;
             for id in &ids {
-                remembered.remember(digest(id));
-                remembered = Remembered::decode(&remembered.encode()).unwrap();
+                match &mut remembered {
+                    Some(remembered) => remembered.remember(digest(id)),
+                    None => remembered = Some(Remembered::first(digest(id))),
+                }
+                let stored = remembered.map(|r| r.encode()).unwrap_or_default();
+                remembered = Remembered::decode(&stored).unwrap();
             }
+            let remembered = remembered.unwrap();
             let cut = ids.len().saturating_sub(REMEMBERED_ATTEMPTS);
             for (i, id) in ids.iter().enumerate() {
                 prop_assert_eq!(remembered.contains(digest(id)), i >= cut);
             }
+            // The stored form is exactly the last eight, oldest first.
+            let expected: Vec<u8> = ids[cut..].iter().flat_map(|id| digest(id).0).collect();
+            prop_assert_eq!(remembered.encode(), expected);
         }
     }
 }

@@ -23,13 +23,38 @@ use super::prune::prune_among;
 /// One customer's combos and remembered attempts; never empty of combos
 /// (a hash whose last combo goes is gone, its attempts with it).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CustomerHash<F> {
+pub struct CustomerHash<F: Copy> {
     /// Two combos inline: most customers pay with one or two.
-    fields: SmallVec<[(F, i64); 2]>,
+    fields: SmallVec<[Slot<F>; 2]>,
     /// Boxed, and only once an attempt id comes: most histories have none,
     /// and a replay keeps one of these per customer (bench/README.md,
     /// "Replay").
     remembered: Option<Box<Remembered>>,
+}
+
+/// One combo and its count. Packed to 4-byte alignment, so that a `u32`
+/// handle and its count take 12 bytes, not 16: a replay keeps one
+/// `CustomerHash` per customer (bench/README.md, "Replay"). Its fields are
+/// only ever copied, never borrowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C, packed(4))]
+struct Slot<F: Copy> {
+    field: F,
+    count: i64,
+}
+
+impl<F: Copy> Slot<F> {
+    fn new(field: F, count: i64) -> Self {
+        Self { field, count }
+    }
+
+    fn field(&self) -> F {
+        self.field
+    }
+
+    fn count(&self) -> i64 {
+        self.count
+    }
 }
 
 /// What a failure left of the hash.
@@ -45,7 +70,7 @@ impl<F: Copy + Eq> CustomerHash<F> {
     /// The hash a first success creates: `field` at 1, and the attempt.
     pub fn created(field: F, attempt: Option<AttemptDigest>) -> Self {
         let mut fields = SmallVec::new();
-        fields.push((field, 1));
+        fields.push(Slot::new(field, 1));
         let mut hash = Self {
             fields,
             remembered: None,
@@ -56,22 +81,25 @@ impl<F: Copy + Eq> CustomerHash<F> {
 
     /// The combos and their counts, in no particular order.
     pub fn fields(&self) -> impl ExactSizeIterator<Item = (F, i64)> + '_ {
-        self.fields.iter().copied()
+        self.fields.iter().map(|slot| (slot.field(), slot.count()))
     }
 
-    /// The attempts the hash remembers.
-    pub fn remembered(&self) -> &Remembered {
-        self.remembered.as_deref().unwrap_or(&Remembered::EMPTY)
+    /// The attempts the hash remembers, if any.
+    pub fn remembered(&self) -> Option<&Remembered> {
+        self.remembered.as_deref()
     }
 
     /// The count of `field`, 0 when absent.
     pub fn count(&self, field: F) -> i64 {
-        self.position(field).map_or(0, |at| self.fields[at].1)
+        self.position(field).map_or(0, |at| self.fields[at].count())
     }
 
     /// Whether the hash remembers `attempt`: a call naming it is a repeat.
     pub fn remembers(&self, attempt: Option<AttemptDigest>) -> bool {
-        attempt.is_some_and(|attempt| self.remembered().contains(attempt))
+        attempt.is_some_and(|attempt| {
+            self.remembered()
+                .is_some_and(|remembered| remembered.contains(attempt))
+        })
     }
 
     /// A success on this (existing) hash: a repeat writes nothing; else the
@@ -90,11 +118,12 @@ impl<F: Copy + Eq> CustomerHash<F> {
         }
         let (net_count, pruned) = match self.position(field) {
             Some(at) => {
-                self.fields[at].1 += 1;
-                (self.fields[at].1, 0)
+                let count = self.fields[at].count() + 1;
+                self.fields[at].count = count;
+                (count, 0)
             }
             None => {
-                self.fields.push((field, 1));
+                self.fields.push(Slot::new(field, 1));
                 (1, self.prune(cap, field, name))
             }
         };
@@ -114,9 +143,9 @@ impl<F: Copy + Eq> CustomerHash<F> {
         let Some(at) = self.position(field) else {
             return (Recorded::IgnoredNoHabit, Left::Kept);
         };
-        let effect = after_failure(self.fields[at].1);
+        let effect = after_failure(self.fields[at].count());
         match effect {
-            FailureEffect::Decremented(next) => self.fields[at].1 = next,
+            FailureEffect::Decremented(next) => self.fields[at].count = next,
             FailureEffect::Deleted => {
                 self.fields.swap_remove(at);
             }
@@ -133,7 +162,7 @@ impl<F: Copy + Eq> CustomerHash<F> {
     }
 
     fn position(&self, field: F) -> Option<usize> {
-        self.fields.iter().position(|(f, _)| *f == field)
+        self.fields.iter().position(|slot| slot.field() == field)
     }
 
     fn duplicate(&self, field: F) -> Recorded {
@@ -143,10 +172,10 @@ impl<F: Copy + Eq> CustomerHash<F> {
     }
 
     fn remember(&mut self, attempt: Option<AttemptDigest>) {
-        if let Some(attempt) = attempt {
-            self.remembered
-                .get_or_insert_with(Box::default)
-                .remember(attempt);
+        match (&mut self.remembered, attempt) {
+            (Some(remembered), Some(attempt)) => remembered.remember(attempt),
+            (None, Some(attempt)) => self.remembered = Some(Box::new(Remembered::first(attempt))),
+            (_, None) => {}
         }
     }
 
@@ -155,11 +184,15 @@ impl<F: Copy + Eq> CustomerHash<F> {
         if self.fields.len() <= cap {
             return 0;
         }
-        let listing: Vec<(&str, i64)> = self.fields.iter().map(|(f, c)| (name(*f), *c)).collect();
+        let listing: Vec<(&str, i64)> = self
+            .fields
+            .iter()
+            .map(|slot| (name(slot.field()), slot.count()))
+            .collect();
         let victims = prune_among(listing.iter().copied(), cap, name(just_written));
         let before = self.fields.len();
         self.fields
-            .retain(|(f, _)| *f == just_written || !victims.contains(&name(*f)));
+            .retain(|slot| slot.field() == just_written || !victims.contains(&name(slot.field())));
         u32::try_from(before - self.fields.len()).unwrap_or(u32::MAX)
     }
 }

@@ -1,7 +1,7 @@
 //! The replay's customers with habits, by their 128-bit identity: the one
 //! structure whose size grows with a history, so it is built for memory.
 //!
-//! Two choices keep it near 100 bytes a customer (bench/README.md,
+//! Three choices keep it well under 200 bytes a customer (bench/README.md,
 //! "Replay"):
 //! - the identity is already a uniform hash, so the map hashes nothing and
 //!   keys on two `u64` halves (8-byte aligned, where a `u128` would pad
@@ -10,13 +10,22 @@
 //!   a table twice its size beside the old one; one table of ten million
 //!   customers would, for a moment, hold three times what it keeps, and the
 //!   allocator may keep the old one's pages. Shards grow one at a time, each
-//!   a small fraction of the whole.
+//!   a small fraction of the whole;
+//! - the shards are of unequal sizes, shard `i` taking a share in
+//!   proportion to 2^(i / SHARDS). A table's buckets are a power of two
+//!   filled to at most 7/8, so right after it doubles it is less than half
+//!   full. Equal shards would all double at the same count, and the memory
+//!   per customer would swing with the history's size between about 1.1 and
+//!   2.3 entries' worth; shards spread evenly over one doubling keep it near
+//!   the mean, about 1.65.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 /// How many tables the customers are spread over.
 const SHARDS: usize = 64;
+/// The top bits of an identity that pick its shard, through [`ShardMap`].
+const SHARD_BITS: u32 = 12;
 
 /// A customer's identity within a replay: a 128-bit hash of (merchant,
 /// customer id), as two halves.
@@ -28,10 +37,37 @@ impl Identity {
         Self([high, low])
     }
 
-    /// Which shard holds it: the top bits of the high half (the low half
-    /// places it within the shard).
-    fn shard(self) -> usize {
-        (self.0[0] >> (64 - SHARDS.trailing_zeros())) as usize
+    /// Its slot in the [`ShardMap`]: the top bits of the high half (the low
+    /// half places it within its shard).
+    fn slot(self) -> usize {
+        (self.0[0] >> (64 - SHARD_BITS)) as usize
+    }
+}
+
+/// Which shard each slot belongs to: shard `i` holds about
+/// 2^(i / SHARDS) / Σ of the slots, so the shards' sizes are spread evenly,
+/// on a log scale, over one doubling.
+struct ShardMap(Box<[u8]>);
+
+impl Default for ShardMap {
+    fn default() -> Self {
+        let slots = 1usize << SHARD_BITS;
+        let weight = |shard: usize| (shard as f64 / SHARDS as f64).exp2();
+        let total: f64 = (0..SHARDS).map(weight).sum();
+        let mut map = Vec::with_capacity(slots);
+        let mut before = 0.0;
+        for shard in 0..SHARDS {
+            before += weight(shard);
+            // Up to this shard's cumulative share of the slots; the last
+            // shard takes whatever rounding left.
+            let end = if shard + 1 == SHARDS {
+                slots
+            } else {
+                (before / total * slots as f64).round() as usize
+            };
+            map.resize(end.max(map.len()), shard as u8);
+        }
+        Self(map.into_boxed_slice())
     }
 }
 
@@ -66,6 +102,7 @@ type Shard<V> = HashMap<Identity, V, BuildHasherDefault<PassThrough>>;
 /// Every customer with habits.
 pub struct Customers<V> {
     shards: Vec<Shard<V>>,
+    map: ShardMap,
     len: usize,
 }
 
@@ -73,6 +110,7 @@ impl<V> Default for Customers<V> {
     fn default() -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            map: ShardMap::default(),
             len: 0,
         }
     }
@@ -83,22 +121,29 @@ impl<V> Customers<V> {
         self.len
     }
 
+    fn shard(&self, id: Identity) -> usize {
+        usize::from(self.map.0[id.slot()])
+    }
+
     pub fn get(&self, id: Identity) -> Option<&V> {
-        self.shards[id.shard()].get(&id)
+        self.shards[self.shard(id)].get(&id)
     }
 
     pub fn get_mut(&mut self, id: Identity) -> Option<&mut V> {
-        self.shards[id.shard()].get_mut(&id)
+        let shard = self.shard(id);
+        self.shards[shard].get_mut(&id)
     }
 
     pub fn insert(&mut self, id: Identity, value: V) {
-        if self.shards[id.shard()].insert(id, value).is_none() {
+        let shard = self.shard(id);
+        if self.shards[shard].insert(id, value).is_none() {
             self.len += 1;
         }
     }
 
     pub fn remove(&mut self, id: Identity) {
-        if self.shards[id.shard()].remove(&id).is_some() {
+        let shard = self.shard(id);
+        if self.shards[shard].remove(&id).is_some() {
             self.len -= 1;
         }
     }
@@ -146,11 +191,22 @@ mod tests {
     }
 
     #[test]
-    fn every_shard_is_used() {
-        let mut shards = std::collections::HashSet::new();
-        for top in 0..SHARDS as u64 {
-            shards.insert(id(top << 58, 0).shard());
+    fn the_shards_shares_double_from_the_first_to_the_last() {
+        let map = ShardMap::default();
+        assert_eq!(map.0.len(), 1 << SHARD_BITS);
+        let mut slots = [0usize; SHARDS];
+        for &shard in &map.0 {
+            slots[usize::from(shard)] += 1;
         }
-        assert_eq!(shards.len(), SHARDS);
+        // Every shard is used, in order, and each holds about 2^(1/64)
+        // times its predecessor's share: the last about twice the first.
+        assert!(map.0.is_sorted());
+        assert!(slots.iter().all(|&n| n > 0), "{slots:?}");
+        let ratio = slots[SHARDS - 1] as f64 / slots[0] as f64;
+        assert!((1.9..=2.1).contains(&ratio), "{ratio}: {slots:?}");
+        // An identity's top bits reach its slot's shard.
+        let customers = Customers::<()>::default();
+        assert_eq!(customers.shard(id(0, 0)), 0);
+        assert_eq!(customers.shard(id(u64::MAX, 0)), SHARDS - 1);
     }
 }

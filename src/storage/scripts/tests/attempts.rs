@@ -10,7 +10,7 @@ use fred::prelude::{HashesInterface, KeysInterface};
 use proptest::prelude::*;
 
 use super::{Harness, admit, customer_key, deadline, runner, write_failure, write_success};
-use crate::domain::attempts::{ATTEMPTS_FIELD, AttemptDigest, AttemptId};
+use crate::domain::attempts::{ATTEMPTS_FIELD, AttemptDigest, AttemptId, Remembered};
 use crate::domain::combo::Combo;
 use crate::domain::counts::Recorded;
 use crate::domain::customer_hash::{CustomerHash, Left};
@@ -105,7 +105,7 @@ impl Model {
     fn remembered(&self) -> Vec<u8> {
         self.0
             .as_ref()
-            .map(|hash| hash.remembered().encode())
+            .and_then(|hash| hash.remembered().map(Remembered::encode))
             .unwrap_or_default()
     }
 }
