@@ -1,5 +1,5 @@
 # The README's two commands: `make run` and `make test`.
-.PHONY: run test lint ci bench bench-import fuzz check-deploy deny loadtest
+.PHONY: run test lint ci bench bench-import bench-replay fuzz check-deploy deny loadtest
 
 # The service against a local redis-server that it starts itself.
 run:
@@ -75,3 +75,11 @@ bench-import:
 	scripts/ensure-redis.sh
 	cargo build --release --locked
 	scripts/bench-import.sh
+
+# `sticky-routing replay` on generated CSV histories (no Redis): attempts
+# per second on one core and bytes per customer with habits; a markdown
+# table of medians (bench/README.md, "Replay"). ROWS, CUSTOMERS, RUNS
+# change the run.
+bench-replay:
+	cargo build --release --locked
+	scripts/bench-replay.sh
