@@ -3,7 +3,7 @@
 //! parsers, the first time a spelling appears, and named by their index
 //! after that; a customer is a 128-bit hash of (merchant, customer id).
 //!
-//! This is what keeps a replay at a million rows a second: the common row
+//! This is what keeps a replay at two million rows a second: the common row
 //! meets only hash lookups of text it borrows from the reader's buffer, and
 //! allocates nothing. The validation, and its order (the first bad field of
 //! a row is the one named), is RecordOutcome's: `RecordCommand::parse`

@@ -6,7 +6,7 @@
 //! [`engine`] with the service's own rules and settings: the pin first,
 //! then the attempt recorded. [`figures`] turns the counts into the
 //! report. One thread does it all: a replay is bound by parsing and
-//! hashing, and one core reads a CSV history at about a million attempts
+//! hashing, and one core reads a CSV history at about two million attempts
 //! a second (bench/README.md, "Replay").
 //!
 //! Time is the rows' own: a row's `at`, or one second after the row before
