@@ -1,5 +1,11 @@
 //! The bulk commands' own argument walk: `--name value`, `--name=value` and
-//! bare words (a FILE, `-`), shared so both commands read flags alike.
+//! bare words (a FILE, `-`), shared so every command reads flags alike; and
+//! the input of the commands that read rows (`import`, `replay`): FILE or
+//! `-`, and its format.
+
+use std::path::PathBuf;
+
+use super::Format;
 
 /// Walks a bulk command's arguments.
 pub(crate) struct Flags<'a> {
@@ -38,6 +44,54 @@ impl<'a> Flags<'a> {
             .take()
             .or_else(|| self.rest.next().map(String::as_str))
             .ok_or_else(|| format!("{flag} needs a value"))
+    }
+}
+
+/// The rows a command reads: `--format` and the FILE word, as the walk
+/// meets them.
+#[derive(Default)]
+pub(crate) struct Input {
+    format: Option<Format>,
+    /// `Some(None)`: stdin (`-`).
+    file: Option<Option<PathBuf>>,
+}
+
+impl Input {
+    /// Takes `flag`, the word just read, when it is `--format` or the FILE
+    /// (or `-`): `Ok(true)`. Other flags are the caller's.
+    pub(crate) fn take(&mut self, flag: &str, flags: &mut Flags<'_>) -> Result<bool, String> {
+        match flag {
+            "--format" => {
+                let word = flags.value(flag)?;
+                let format = Format::from_flag(word)
+                    .ok_or_else(|| format!("--format must be csv or jsonl, not `{word}`"))?;
+                self.format = Some(format);
+            }
+            other if other.starts_with('-') && other != "-" => return Ok(false),
+            _ if self.file.is_some() => {
+                return Err(format!("one FILE only; `{flag}` is one too many"));
+            }
+            "-" => self.file = Some(None),
+            path => self.file = Some(Some(PathBuf::from(path))),
+        }
+        Ok(true)
+    }
+
+    /// The file (`None`: stdin) and its format, from `--format` or else the
+    /// file's name.
+    pub(crate) fn finish(self) -> Result<(Option<PathBuf>, Format), String> {
+        let file = self.file.ok_or("a FILE (or - for stdin) is needed")?;
+        let format = match (self.format, &file) {
+            (Some(format), _) => format,
+            (None, Some(path)) => Format::from_path(path).ok_or_else(|| {
+                format!(
+                    "cannot tell the format of `{}` from its name; give --format csv|jsonl",
+                    path.display()
+                )
+            })?,
+            (None, None) => return Err("stdin (-) needs --format csv|jsonl".to_owned()),
+        };
+        Ok((file, format))
     }
 }
 

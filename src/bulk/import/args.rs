@@ -45,26 +45,21 @@ pub struct ImportArgs {
 
 /// `Err(None)`: `--help`; `Err(Some(problem))`: a usage error.
 pub fn parse(args: &[String]) -> Result<ImportArgs, Option<String>> {
-    let mut format = None;
-    let mut file = None;
+    let mut input = crate::bulk::flags::Input::default();
     let mut dry_run = false;
     let mut no_admission = false;
     let mut skip = 0;
     let mut config_file = None;
     let mut flags = crate::bulk::flags::Flags::new(args);
     while let Some(flag) = flags.next_word() {
+        if input.take(flag, &mut flags).map_err(Some)? {
+            continue;
+        }
         let mut value = || flags.value(flag).map(str::to_owned).map_err(Some);
         match flag {
             "-h" | "--help" => return Err(None),
             "--dry-run" => dry_run = true,
             "--no-admission" => no_admission = true,
-            "--format" => {
-                let word = value()?;
-                format =
-                    Some(Format::from_flag(&word).ok_or_else(|| {
-                        Some(format!("--format must be csv or jsonl, not `{word}`"))
-                    })?);
-            }
             "--skip" => {
                 let word = value()?;
                 skip = word.parse().map_err(|_| {
@@ -72,25 +67,10 @@ pub fn parse(args: &[String]) -> Result<ImportArgs, Option<String>> {
                 })?;
             }
             "--config" => config_file = Some(PathBuf::from(value()?)),
-            "-" if file.is_none() => file = Some(None),
-            other if other.starts_with('-') => {
-                return Err(Some(format!("unknown option `{other}`")));
-            }
-            path if file.is_none() => file = Some(Some(PathBuf::from(path))),
-            extra => return Err(Some(format!("one FILE only; `{extra}` is one too many"))),
+            other => return Err(Some(format!("unknown option `{other}`"))),
         }
     }
-    let file = file.ok_or_else(|| Some("a FILE (or - for stdin) is needed".to_owned()))?;
-    let format = match (format, &file) {
-        (Some(format), _) => format,
-        (None, Some(path)) => Format::from_path(path).ok_or_else(|| {
-            Some(format!(
-                "cannot tell the format of `{}` from its name; give --format csv|jsonl",
-                path.display()
-            ))
-        })?,
-        (None, None) => return Err(Some("stdin (-) needs --format csv|jsonl".to_owned())),
-    };
+    let (file, format) = input.finish().map_err(Some)?;
     Ok(ImportArgs {
         format,
         file,

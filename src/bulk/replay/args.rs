@@ -49,8 +49,7 @@ pub struct ReplayArgs {
 
 /// `Ok(None)`: `--help`; `Err(problem)`: a usage error.
 pub fn parse(args: &[String]) -> Result<Option<ReplayArgs>, String> {
-    let mut format = None;
-    let mut file = None;
+    let mut input = crate::bulk::flags::Input::default();
     let mut merchant = None;
     let mut admission = false;
     let mut top = DEFAULT_TOP;
@@ -58,18 +57,14 @@ pub fn parse(args: &[String]) -> Result<Option<ReplayArgs>, String> {
     let mut config_file = None;
     let mut flags = crate::bulk::flags::Flags::new(args);
     while let Some(flag) = flags.next_word() {
+        if input.take(flag, &mut flags)? {
+            continue;
+        }
         let mut value = || flags.value(flag);
         match flag {
             "-h" | "--help" => return Ok(None),
             "--admission" => admission = true,
             "--json" => json = true,
-            "--format" => {
-                let word = value()?;
-                format = Some(
-                    Format::from_flag(word)
-                        .ok_or_else(|| format!("--format must be csv or jsonl, not `{word}`"))?,
-                );
-            }
             "--merchant" => {
                 let id = MerchantId::parse(value()?)
                     .map_err(|invalid| format!("--merchant: {}", invalid.reason))?;
@@ -82,23 +77,10 @@ pub fn parse(args: &[String]) -> Result<Option<ReplayArgs>, String> {
                 })?;
             }
             "--config" => config_file = Some(PathBuf::from(value()?)),
-            "-" if file.is_none() => file = Some(None),
-            other if other.starts_with('-') => return Err(format!("unknown option `{other}`")),
-            path if file.is_none() => file = Some(Some(PathBuf::from(path))),
-            extra => return Err(format!("one FILE only; `{extra}` is one too many")),
+            other => return Err(format!("unknown option `{other}`")),
         }
     }
-    let file = file.ok_or("a FILE (or - for stdin) is needed")?;
-    let format = match (format, &file) {
-        (Some(format), _) => format,
-        (None, Some(path)) => Format::from_path(path).ok_or_else(|| {
-            format!(
-                "cannot tell the format of `{}` from its name; give --format csv|jsonl",
-                path.display()
-            )
-        })?,
-        (None, None) => return Err("stdin (-) needs --format csv|jsonl".to_owned()),
-    };
+    let (file, format) = input.finish()?;
     Ok(Some(ReplayArgs {
         format,
         file,
