@@ -33,6 +33,7 @@ use crate::declare::ENV_PREFIX;
 use crate::domain::Rules;
 use crate::domain::breaker::BreakerSettings;
 use crate::domain::priority::Shares;
+use crate::domain::tenant::TenantAllowlist;
 use crate::pki::{AdminClients, ServerTlsFiles};
 use crate::storage::RedisSettings;
 use crate::telemetry::{self, TelemetrySettings};
@@ -51,6 +52,9 @@ pub struct Settings {
     pub tls: Option<ServerTlsFiles>,
     /// Who may call GetHabits and ForgetCustomer.
     pub admin_clients: AdminClients,
+    /// The tenants a call may name besides the default
+    /// (`STICKY_ROUTING_TENANTS`); any valid one when unset.
+    pub tenants: TenantAllowlist,
     /// How to reach Redis; storage owns these and says what is wrong.
     pub redis: RedisSettings,
     /// The contract's tunables, owned by the domain.

@@ -147,6 +147,7 @@ impl Application {
             Arc::new(settings.rules),
             record::call_ceiling(settings.redis.command_timeout),
             settings.admin_clients.clone(),
+            settings.tenants.clone(),
             breakers.clone(),
             experiments.clone(),
         );

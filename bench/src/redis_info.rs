@@ -13,6 +13,7 @@ use sticky_routing::domain::ids::{
     Connector, CustomerId, MerchantId, PaymentMethod, PaymentMethodType,
 };
 use sticky_routing::domain::keys;
+use sticky_routing::domain::tenant::Tenant;
 
 use crate::BoxError;
 use crate::workload::{combo_parts, customer_id};
@@ -129,8 +130,8 @@ impl RedisProbe {
             for _ in 0..1000.min(customers - customer) {
                 customer += 1;
                 let merchant = MerchantId::parse(&format!("merchant_{:04}", customer % merchants))?;
-                let key =
-                    keys::customer_key(&merchant, &CustomerId::parse(&customer_id(customer))?);
+                let customer_id = CustomerId::parse(&customer_id(customer))?;
+                let key = keys::customer_key(&Tenant::DEFAULT, &merchant, &customer_id);
                 let values: Vec<(&str, i64)> = fields.iter().map(|f| (f.as_str(), 3)).collect();
                 pipeline.hset::<(), _, _>(key.as_str(), values).await?;
                 pipeline

@@ -17,6 +17,7 @@ use sticky_routing::domain::ids::{
     Connector, CustomerId, MerchantId, PaymentMethod, PaymentMethodType,
 };
 use sticky_routing::domain::keys;
+use sticky_routing::domain::tenant::Tenant;
 use sticky_routing::record::{RecordCommand, record_outcome};
 use sticky_routing::storage::{RedisSettings, RedisStore};
 use sticky_routing::telemetry::Metrics;
@@ -198,6 +199,7 @@ async fn store_record(
         return false;
     };
     let command = RecordCommand {
+        tenant: Tenant::DEFAULT,
         merchant,
         customer,
         combo,
@@ -220,7 +222,7 @@ async fn store_pin(store: &RedisStore, req: &GetPinRequest, deadline: Instant) -
         return false;
     };
     store
-        .read_combos(&merchant, &customer, deadline)
+        .read_combos(&Tenant::DEFAULT, &merchant, &customer, deadline)
         .await
         .is_ok()
 }
@@ -231,7 +233,7 @@ async fn multi_success(raw: &Pool, req: &RecordOutcomeRequest, ttl_secs: i64) ->
     let Some((merchant, customer, combo, _)) = record_parts(req) else {
         return false;
     };
-    let key = keys::customer_key(&merchant, &customer);
+    let key = keys::customer_key(&Tenant::DEFAULT, &merchant, &customer);
     let tx = raw.next().multi();
     let queued = async {
         tx.hincrby::<(), _, _>(key.as_str(), combo.field(), 1)

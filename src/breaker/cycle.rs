@@ -17,8 +17,11 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::Breakers;
-use crate::domain::breaker::{BreakerState, ProbeVerdict, Tripped, probes_decide, state_at, trips};
+use crate::domain::breaker::{
+    BreakerState, Counts, ProbeVerdict, Tripped, probes_decide, state_at, trips,
+};
 use crate::domain::ids::MerchantId;
+use crate::domain::tenant::Tenant;
 use crate::process::unix_millis;
 use crate::storage::{BreakerTransition, ConnectorSnapshot, StorageError};
 
@@ -48,8 +51,8 @@ pub(super) async fn run(breakers: Arc<Breakers>, stop: CancellationToken) {
     }
 }
 
-/// Sends every tally, one script per merchant, all at once, and acts on
-/// what Redis answers.
+/// Sends every tally, one script per (tenant, merchant), all at once, and
+/// acts on what Redis answers.
 async fn flush(breakers: &Arc<Breakers>) {
     let by_merchant = breakers.pending.take();
     if by_merchant.is_empty() {
@@ -58,24 +61,31 @@ async fn flush(breakers: &Arc<Breakers>) {
     let now = unix_millis();
     let deadline = Instant::now() + STEP_DEADLINE;
     let mut flushes = JoinSet::new();
-    for (merchant, tallies) in by_merchant {
+    for (tenant, merchant, tallies) in by_merchant {
         let breakers = breakers.clone();
         flushes.spawn(async move {
             let answer = breakers
                 .store
-                .flush_breakers(&merchant, &tallies, now, &breakers.settings, deadline)
+                .flush_breakers(
+                    &tenant,
+                    &merchant,
+                    &tallies,
+                    now,
+                    &breakers.settings,
+                    deadline,
+                )
                 .await;
-            (merchant, answer)
+            (tenant, merchant, answer)
         });
     }
     while let Some(joined) = flushes.join_next().await {
-        let Ok((merchant, answer)) = joined else {
+        let Ok((tenant, merchant, answer)) = joined else {
             continue;
         };
         match answer {
             Ok(snapshots) => {
                 for snapshot in snapshots {
-                    decide(breakers, &merchant, snapshot, now).await;
+                    decide(breakers, &tenant, &merchant, snapshot, now).await;
                 }
             }
             Err(error) => breakers.io_failed("flush", &error),
@@ -85,18 +95,26 @@ async fn flush(breakers: &Arc<Breakers>) {
 
 /// Learns the breaker's state from a flush's answer and makes the
 /// transition the domain's rules call for, if any.
-async fn decide(breakers: &Breakers, merchant: &MerchantId, snapshot: ConnectorSnapshot, now: i64) {
+async fn decide(
+    breakers: &Breakers,
+    tenant: &Tenant,
+    merchant: &MerchantId,
+    snapshot: ConnectorSnapshot,
+    now: i64,
+) {
     let settings = &breakers.settings;
     let connector = snapshot.connector.as_str();
     let known = breakers
         .view
         .load()
-        .entry(merchant.as_str(), connector)
+        .entry(tenant, merchant.as_str(), connector)
         .and_then(|entry| entry.tripped);
     if known != snapshot.tripped {
-        breakers.view.update(merchant.as_str(), connector, |entry| {
-            entry.tripped = snapshot.tripped
-        });
+        breakers
+            .view
+            .update(tenant, merchant.as_str(), connector, |entry| {
+                entry.tripped = snapshot.tripped
+            });
     }
     let state = state_at(snapshot.tripped.as_ref(), now, settings);
     let (transition, from, counts) = match state {
@@ -125,7 +143,9 @@ async fn decide(breakers: &Breakers, merchant: &MerchantId, snapshot: ConnectorS
     let deadline = Instant::now() + STEP_DEADLINE;
     let made = breakers
         .store
-        .transition_breaker(merchant, connector, transition, now, settings, deadline)
+        .transition_breaker(
+            tenant, merchant, connector, transition, now, settings, deadline,
+        )
         .await;
     let tripped: Option<Tripped> = match made {
         // Another instance got there first: its transition is in the index.
@@ -139,29 +159,31 @@ async fn decide(breakers: &Breakers, merchant: &MerchantId, snapshot: ConnectorS
             return;
         }
     };
-    breakers.view.update(merchant.as_str(), connector, |entry| {
-        entry.tripped = tripped
-    });
+    breakers
+        .view
+        .update(tenant, merchant.as_str(), connector, |entry| {
+            entry.tripped = tripped
+        });
     let to = state_at(tripped.as_ref(), now, settings);
     log_transition(
         breakers,
+        tenant,
         merchant.as_str(),
         connector,
         from,
         to,
-        counts.calls,
-        counts.failures,
+        counts,
     );
     let indexed = match (transition, tripped) {
         (BreakerTransition::Close { open_until_ms }, _) => breakers
             .store
-            .index_clear_trip(merchant, connector, open_until_ms, deadline)
+            .index_clear_trip(tenant, merchant, connector, open_until_ms, deadline)
             .await
             .map(|_removed| ()),
         (_, Some(tripped)) => {
             breakers
                 .store
-                .index_trip(merchant, connector, tripped, settings, deadline)
+                .index_trip(tenant, merchant, connector, tripped, settings, deadline)
                 .await
         }
         (_, None) => Ok(()),
@@ -199,23 +221,26 @@ async fn poll(breakers: &Breakers) {
 
 fn log_transition(
     breakers: &Breakers,
+    tenant: &Tenant,
     merchant: &str,
     connector: &str,
     from: BreakerState,
     to: BreakerState,
-    calls: u64,
-    failures: u64,
+    counts: Counts,
 ) {
+    // The tenant is in the line, never in the metric's labels (contract
+    // v1.2, "Tenants": one series per tenant would be unbounded).
     breakers
         .metrics
         .breaker_transition(from.label(), to.label());
     tracing::info!(
+        tenant = %tenant,
         merchant,
         connector,
         from = from.label(),
         to = to.label(),
-        calls,
-        failures,
+        calls = counts.calls,
+        failures = counts.failures,
         "breaker transition"
     );
 }
@@ -225,7 +250,7 @@ fn log_transition(
 /// open-breakers gauge.
 #[derive(Default)]
 struct Seen {
-    states: HashMap<(Box<str>, Box<str>), BreakerState>,
+    states: HashMap<(Tenant, Box<str>, Box<str>), BreakerState>,
     /// Whether the view had gone stale (fail-open), to say so once.
     stale: bool,
 }
@@ -247,14 +272,18 @@ impl Seen {
         }
         let mut states = HashMap::with_capacity(snapshot.len());
         let mut open = 0u64;
-        for (merchant, connector, entry) in snapshot.entries() {
+        for (tenant, merchant, connector, entry) in snapshot.entries() {
             let state = if fresh {
                 state_at(entry.tripped.as_ref(), now, settings)
             } else {
                 BreakerState::Closed
             };
             open += u64::from(matches!(state, BreakerState::Open { .. }));
-            let key = (Box::<str>::from(merchant), Box::<str>::from(connector));
+            let key = (
+                tenant.clone(),
+                Box::<str>::from(merchant),
+                Box::<str>::from(connector),
+            );
             let before = self.states.get(&key).copied();
             let by_time = match (before, state) {
                 (Some(BreakerState::Open { until_ms }), BreakerState::HalfOpen { since_ms }) => {
@@ -266,12 +295,12 @@ impl Seen {
             if let (true, Some(before), Some(tripped)) = (by_time, before, entry.tripped) {
                 log_transition(
                     breakers,
+                    tenant,
                     merchant,
                     connector,
                     before,
                     state,
-                    tripped.calls,
-                    tripped.failures,
+                    tripped.counts(),
                 );
             }
             states.insert(key, state);

@@ -1,5 +1,8 @@
-//! The connector circuit breaker's engine: one breaker per (merchant,
-//! connector), fed by RecordOutcome, read by GetPin, kept in two tiers.
+//! The connector circuit breaker's engine: one breaker per (tenant,
+//! merchant, connector), fed by RecordOutcome, read by GetPin, kept in two
+//! tiers. Two tenants with the same merchant and connector ids never share
+//! a breaker (contract v1.2, "Tenants"): their tallies, states and
+//! overrides are apart in memory as in Redis, with the same settings.
 //!
 //! Tier 2 is Redis, where every instance's counts meet and where the state
 //! lives (`storage`'s breaker scripts); tier 1 is this process's memory,
@@ -7,10 +10,11 @@
 //! - RecordOutcome adds its call to a tally in memory ([`pending`]);
 //! - GetPin reads the states from a snapshot in memory ([`view`]);
 //! - one background task ([`cycle`]) moves both, every [`cycle::TICK`]:
-//!   it flushes the tallies (one script per merchant, all at once), decides
-//!   the transitions with the domain's rules, writes them, and reads back
-//!   the index of every breaker that is not plainly CLOSED, so a transition
-//!   made by any instance is seen by every instance within two ticks.
+//!   it flushes the tallies (one script per (tenant, merchant), all at
+//!   once), decides the transitions with the domain's rules, writes them,
+//!   and reads back the index of every breaker that is not plainly CLOSED
+//!   (of every tenant: one hash), so a transition made by any instance is
+//!   seen by every instance within two ticks.
 //!
 //! It fails open: a flush that fails loses its tallies (counts are a
 //! signal, not a record), and a view that Redis has not refreshed for
@@ -35,6 +39,7 @@ use crate::domain::breaker::{
     breaker_veto, count_into, state_at,
 };
 use crate::domain::ids::{Connector, MerchantId};
+use crate::domain::tenant::Tenant;
 use crate::process::unix_millis;
 pub use crate::storage::ConnectorHealthRow;
 use crate::storage::{RedisStore, StorageError};
@@ -42,7 +47,7 @@ use crate::telemetry::{LogThrottle, Metrics};
 use pending::Pending;
 use view::View;
 
-/// The breakers of every (merchant, connector) this process serves.
+/// The breakers of every (tenant, merchant, connector) this process serves.
 pub struct Breakers {
     store: RedisStore,
     settings: BreakerSettings,
@@ -72,20 +77,22 @@ impl Breakers {
         tokio::spawn(cycle::run(self.clone(), stop))
     }
 
-    /// The breaker's veto for each candidate of one GetPin of `merchant`.
-    /// Nothing is read from Redis; while no breaker of the merchant is
-    /// tripped or overridden, it costs one map lookup per GetPin and no
-    /// clock read. The half-open probe is drawn at most once per GetPin, and
-    /// only when a candidate is HALF-OPEN.
+    /// The breaker's veto for each candidate of one GetPin of `tenant`'s
+    /// `merchant`. Nothing is read from Redis and nothing allocated; while
+    /// no breaker is tripped or overridden it costs no lookup at all, and
+    /// no clock read; otherwise a lookup per candidate, which hashes no
+    /// tenant for the default one. The half-open probe is drawn at most once per GetPin,
+    /// and only when a candidate is HALF-OPEN.
     pub fn veto_for<'a>(
         &'a self,
+        tenant: &'a Tenant,
         merchant: &'a MerchantId,
     ) -> impl FnMut(&str) -> Option<VetoReason> + 'a {
         let snapshot = self.view.load();
         let mut now_ms = None;
         let mut probe = None;
         move |connector| {
-            let entry = *snapshot.entry(merchant.as_str(), connector)?;
+            let entry = *snapshot.entry(tenant, merchant.as_str(), connector)?;
             let now = *now_ms.get_or_insert_with(unix_millis);
             if !snapshot.fresh(now, &self.settings) {
                 return None;
@@ -97,33 +104,42 @@ impl Breakers {
         }
     }
 
-    /// Counts one answered RecordOutcome for its (merchant, connector)
-    /// breaker: where it goes (a window bucket, the half-open probes, or
-    /// nowhere while OPEN) is decided by this instance's view now.
-    pub fn count(&self, merchant: &MerchantId, connector: &Connector, failed: bool) {
+    /// Counts one answered RecordOutcome for its (tenant, merchant,
+    /// connector) breaker: where it goes (a window bucket, the half-open
+    /// probes, or nowhere while OPEN) is decided by this instance's view now.
+    pub fn count(
+        &self,
+        tenant: &Tenant,
+        merchant: &MerchantId,
+        connector: &Connector,
+        failed: bool,
+    ) {
         let now = unix_millis();
         let snapshot = self.view.load();
         let tripped = snapshot
-            .entry(merchant.as_str(), connector.as_str())
+            .entry(tenant, merchant.as_str(), connector.as_str())
             .filter(|_| snapshot.fresh(now, &self.settings))
             .and_then(|entry| entry.tripped);
         let state = state_at(tripped.as_ref(), now, &self.settings);
         let into = count_into(state, now, &self.settings);
         if into != CountInto::Nowhere {
-            self.pending.add(merchant, connector, into, failed);
+            self.pending.add(tenant, merchant, connector, into, failed);
         }
     }
 
-    /// Every connector of `merchant` with a state, counts in the current
-    /// window or an override, read from Redis (not from this instance).
+    /// Every connector of `tenant`'s `merchant` with a state, counts in the
+    /// current window or an override, read from Redis (not from this
+    /// instance). Another tenant's breakers of the same merchant id are not
+    /// this merchant's.
     pub async fn health(
         &self,
+        tenant: &Tenant,
         merchant: &MerchantId,
         deadline: Instant,
     ) -> Result<Vec<ConnectorHealthRow>, StorageError> {
         let result = self
             .store
-            .breaker_health(merchant, unix_millis(), &self.settings, deadline)
+            .breaker_health(tenant, merchant, unix_millis(), &self.settings, deadline)
             .await;
         if result.is_err() {
             self.metrics.breaker_io_failure("health");
@@ -131,10 +147,12 @@ impl Breakers {
         result
     }
 
-    /// Sets `over` for `ttl`, or clears the override (`None`). This
-    /// instance sees it at once, every other within a tick or two.
+    /// Sets `over` for `ttl` on `tenant`'s (merchant, connector) breaker, or
+    /// clears the override (`None`). This instance sees it at once, every
+    /// other within a tick or two.
     pub async fn set_override(
         &self,
+        tenant: &Tenant,
         merchant: &MerchantId,
         connector: &Connector,
         over: Option<(Override, Duration)>,
@@ -147,12 +165,12 @@ impl Breakers {
         });
         let result = self
             .store
-            .set_override(merchant, connector.as_str(), over, now, deadline)
+            .set_override(tenant, merchant, connector.as_str(), over, now, deadline)
             .await;
         match result {
             Ok(()) => {
                 self.view
-                    .update(merchant.as_str(), connector.as_str(), |entry| {
+                    .update(tenant, merchant.as_str(), connector.as_str(), |entry| {
                         entry.over = over
                     });
                 Ok(())

@@ -1,5 +1,7 @@
 //! Tier 1's counts: what RecordOutcome has counted since the last flush,
-//! per (merchant, connector), bounded, least recently used first out.
+//! per (tenant, merchant, connector), bounded, least recently used first
+//! out. Two tenants' breakers of the same merchant and connector ids are
+//! two breakers, so two tallies.
 //!
 //! A pair stays tracked after its counts are flushed, so a busy pair costs
 //! one lookup per call and no allocation; the bound (`MAX_TRACKED`) evicts
@@ -18,10 +20,14 @@ use lru::LruCache;
 
 use crate::domain::breaker::{CountInto, Counts};
 use crate::domain::ids::{Connector, MerchantId};
+use crate::domain::tenant::Tenant;
 use crate::storage::ConnectorTally;
 
 /// More shards than cores, so two calls rarely meet on one lock.
 const SHARDS: usize = 16;
+
+/// One (tenant, merchant)'s tallies, taken for one flush.
+pub(super) type Taken = (Tenant, MerchantId, Vec<ConnectorTally>);
 
 pub(super) struct Pending {
     shards: Box<[Mutex<Shard>]>,
@@ -37,6 +43,7 @@ struct Shard {
 }
 
 struct Tally {
+    tenant: Tenant,
     merchant: MerchantId,
     connector: Connector,
     buckets: Vec<(i64, Counts)>,
@@ -95,19 +102,36 @@ impl Pending {
         }
     }
 
-    /// Counts one call of the pair into `into`.
-    pub fn add(&self, merchant: &MerchantId, connector: &Connector, into: CountInto, failed: bool) {
+    /// Counts one call of the (tenant, merchant, connector) breaker into
+    /// `into`.
+    pub fn add(
+        &self,
+        tenant: &Tenant,
+        merchant: &MerchantId,
+        connector: &Connector,
+        into: CountInto,
+        failed: bool,
+    ) {
+        // The tenant's id goes in borrowed: no allocation, and the default
+        // tenant adds one discriminant to the hash.
         let key = self
             .hasher
-            .hash_one((merchant.as_str(), connector.as_str()));
+            .hash_one((tenant.id(), merchant.as_str(), connector.as_str()));
         let shard = &self.shards[usize::try_from(key % self.shards.len() as u64).unwrap_or(0)];
         let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
         let tally = match shard.tracked.get_mut(&key) {
-            Some(tally) if tally.merchant == *merchant && tally.connector == *connector => tally,
+            Some(tally)
+                if tally.merchant == *merchant
+                    && tally.connector == *connector
+                    && tally.tenant == *tenant =>
+            {
+                tally
+            }
             _ => {
                 shard.tracked.put(
                     key,
                     Tally {
+                        tenant: tenant.clone(),
                         merchant: merchant.clone(),
                         connector: connector.clone(),
                         buckets: Vec::new(),
@@ -128,9 +152,10 @@ impl Pending {
         }
     }
 
-    /// Takes every count since the last call, grouped by merchant.
-    pub fn take(&self) -> Vec<(MerchantId, Vec<ConnectorTally>)> {
-        let mut by_merchant: Vec<(MerchantId, Vec<ConnectorTally>)> = Vec::new();
+    /// Takes every count since the last call, grouped by (tenant,
+    /// merchant): one breaker flush each.
+    pub fn take(&self) -> Vec<Taken> {
+        let mut by_merchant: Vec<Taken> = Vec::new();
         for shard in &*self.shards {
             let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
             let Shard { tracked, dirty } = &mut *shard;
@@ -145,9 +170,16 @@ impl Pending {
                     buckets: std::mem::take(&mut tally.buckets),
                     probes: tally.probes.take(),
                 };
-                match by_merchant.iter_mut().find(|(m, _)| *m == tally.merchant) {
-                    Some((_, tallies)) => tallies.push(flushed),
-                    None => by_merchant.push((tally.merchant.clone(), vec![flushed])),
+                match by_merchant
+                    .iter_mut()
+                    .find(|(t, m, _)| *m == tally.merchant && *t == tally.tenant)
+                {
+                    Some((_, _, tallies)) => tallies.push(flushed),
+                    None => by_merchant.push((
+                        tally.tenant.clone(),
+                        tally.merchant.clone(),
+                        vec![flushed],
+                    )),
                 }
             }
         }
@@ -186,16 +218,22 @@ mod tests {
         let pending = Pending::new(100);
         let (m1, a) = pair("m1", "a");
         let (m2, b) = pair("m2", "b");
-        pending.add(&m1, &a, CountInto::Bucket(7), true);
-        pending.add(&m1, &a, CountInto::Bucket(7), false);
-        pending.add(&m1, &a, CountInto::Bucket(8), true);
-        pending.add(&m2, &b, CountInto::Probe { open_until_ms: 5 }, true);
-        pending.add(&m2, &b, CountInto::Nowhere, true);
+        pending.add(&Tenant::DEFAULT, &m1, &a, CountInto::Bucket(7), true);
+        pending.add(&Tenant::DEFAULT, &m1, &a, CountInto::Bucket(7), false);
+        pending.add(&Tenant::DEFAULT, &m1, &a, CountInto::Bucket(8), true);
+        pending.add(
+            &Tenant::DEFAULT,
+            &m2,
+            &b,
+            CountInto::Probe { open_until_ms: 5 },
+            true,
+        );
+        pending.add(&Tenant::DEFAULT, &m2, &b, CountInto::Nowhere, true);
         let mut taken = pending.take();
-        taken.sort_by(|x, y| x.0.as_str().cmp(y.0.as_str()));
+        taken.sort_by(|x, y| x.1.as_str().cmp(y.1.as_str()));
         assert_eq!(taken.len(), 2);
         assert_eq!(
-            taken[0].1[0].buckets,
+            taken[0].2[0].buckets,
             vec![
                 (
                     7,
@@ -214,7 +252,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            taken[1].1[0].probes,
+            taken[1].2[0].probes,
             Some((
                 5,
                 Counts {
@@ -228,14 +266,53 @@ mod tests {
     }
 
     #[test]
+    fn two_tenants_with_the_same_merchant_and_connector_keep_two_tallies() {
+        let pending = Pending::new(100);
+        let (m, a) = pair("m", "a");
+        let acme = Tenant::parse("acme").unwrap();
+        let globex = Tenant::parse("globex").unwrap();
+        pending.add(&Tenant::DEFAULT, &m, &a, CountInto::Bucket(7), true);
+        pending.add(&acme, &m, &a, CountInto::Bucket(7), false);
+        pending.add(&acme, &m, &a, CountInto::Bucket(7), false);
+        pending.add(&globex, &m, &a, CountInto::Probe { open_until_ms: 5 }, true);
+        assert_eq!(pending.len(), 3);
+        let mut taken = pending.take();
+        taken.sort_by(|x, y| x.0.cmp(&y.0));
+        let tenants: Vec<&Tenant> = taken.iter().map(|(t, _, _)| t).collect();
+        assert_eq!(tenants, [&Tenant::DEFAULT, &acme, &globex]);
+        for (_, merchant, tallies) in &taken {
+            assert_eq!(*merchant, m);
+            assert_eq!(tallies.len(), 1);
+            assert_eq!(tallies[0].connector, "a");
+        }
+        let counts = |calls, failures| Counts { calls, failures };
+        assert_eq!(taken[0].2[0].buckets, vec![(7, counts(1, 1))]);
+        assert_eq!(taken[1].2[0].buckets, vec![(7, counts(2, 0))]);
+        assert!(taken[2].2[0].buckets.is_empty());
+        assert_eq!(taken[2].2[0].probes, Some((5, counts(1, 1))));
+    }
+
+    #[test]
     fn probes_of_an_older_half_open_are_dropped() {
         let pending = Pending::new(100);
         let (m, a) = pair("m", "a");
-        pending.add(&m, &a, CountInto::Probe { open_until_ms: 5 }, true);
-        pending.add(&m, &a, CountInto::Probe { open_until_ms: 9 }, false);
+        pending.add(
+            &Tenant::DEFAULT,
+            &m,
+            &a,
+            CountInto::Probe { open_until_ms: 5 },
+            true,
+        );
+        pending.add(
+            &Tenant::DEFAULT,
+            &m,
+            &a,
+            CountInto::Probe { open_until_ms: 9 },
+            false,
+        );
         let taken = pending.take();
         assert_eq!(
-            taken[0].1[0].probes,
+            taken[0].2[0].probes,
             Some((
                 9,
                 Counts {
@@ -251,11 +328,11 @@ mod tests {
         let pending = Pending::new(3);
         let ids: Vec<_> = (0..5).map(|i| pair("m", &format!("c{i}"))).collect();
         for (m, c) in &ids {
-            pending.add(m, c, CountInto::Bucket(1), false);
+            pending.add(&Tenant::DEFAULT, m, c, CountInto::Bucket(1), false);
         }
         assert!(pending.len() <= 3);
         let taken = pending.take();
-        let flushed: usize = taken.iter().map(|(_, t)| t.len()).sum();
+        let flushed: usize = taken.iter().map(|(_, _, t)| t.len()).sum();
         assert_eq!(flushed, pending.len());
     }
 }

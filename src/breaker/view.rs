@@ -1,6 +1,6 @@
 //! Tier 1's states: this instance's copy of the breaker index, every
 //! breaker that is tripped (OPEN, or HALF-OPEN until it decides) or has an
-//! override, as Redis last answered it.
+//! override, as Redis last answered it, per (tenant, merchant, connector).
 //!
 //! Readers (every GetPin and RecordOutcome) load the current snapshot
 //! without a lock; the cycle replaces it whole after each poll, and this
@@ -13,6 +13,7 @@ use std::sync::Arc;
 use arc_swap::{ArcSwap, Guard};
 
 use crate::domain::breaker::{BreakerSettings, OverrideUntil, Tripped};
+use crate::domain::tenant::Tenant;
 use crate::storage::IndexEntry;
 
 /// What the index says of one breaker.
@@ -22,11 +23,21 @@ pub(super) struct Entry {
     pub over: Option<OverrideUntil>,
 }
 
-/// One poll's answer, by merchant then connector, so a lookup by two
+/// One tenant's breakers, by merchant then connector, so a lookup by two
 /// borrowed strings allocates nothing.
+type ByMerchant = HashMap<Box<str>, HashMap<Box<str>, Entry>>;
+
+/// What [`Snapshot::entries`] names the default tenant's breakers with.
+static DEFAULT_TENANT: Tenant = Tenant::DEFAULT;
+
+/// One poll's answer. The default tenant's breakers are kept apart from
+/// the named tenants' so that its lookup (nearly every call, for a service
+/// without tenants) costs what it did before tenants: no tenant is hashed.
 #[derive(Debug, Default)]
 pub(super) struct Snapshot {
-    by_merchant: HashMap<Box<str>, HashMap<Box<str>, Entry>>,
+    default: ByMerchant,
+    /// Named tenants only; looked up by a borrowed `&Tenant`.
+    tenants: HashMap<Tenant, ByMerchant>,
     /// When Redis last answered the poll (Unix ms; 0: never, so nothing is
     /// known and every breaker is CLOSED).
     read_at_ms: i64,
@@ -34,11 +45,15 @@ pub(super) struct Snapshot {
 }
 
 impl Snapshot {
-    pub fn entry(&self, merchant: &str, connector: &str) -> Option<&Entry> {
+    pub fn entry(&self, tenant: &Tenant, merchant: &str, connector: &str) -> Option<&Entry> {
         if self.is_empty() {
             return None;
         }
-        self.by_merchant.get(merchant)?.get(connector)
+        let by_merchant = match tenant.id() {
+            None => &self.default,
+            Some(_) => self.tenants.get(tenant)?,
+        };
+        by_merchant.get(merchant)?.get(connector)
     }
 
     /// Whether the states are recent enough to act on: fail-open holds the
@@ -58,16 +73,24 @@ impl Snapshot {
     }
 
     /// Every breaker in the snapshot.
-    pub fn entries(&self) -> impl Iterator<Item = (&str, &str, &Entry)> {
-        self.by_merchant.iter().flat_map(|(merchant, connectors)| {
-            connectors
-                .iter()
-                .map(move |(connector, entry)| (&**merchant, &**connector, entry))
-        })
+    pub fn entries(&self) -> impl Iterator<Item = (&Tenant, &str, &str, &Entry)> {
+        std::iter::once((&DEFAULT_TENANT, &self.default))
+            .chain(&self.tenants)
+            .flat_map(|(tenant, by_merchant)| {
+                by_merchant.iter().flat_map(move |(merchant, connectors)| {
+                    connectors
+                        .iter()
+                        .map(move |(connector, entry)| (tenant, &**merchant, &**connector, entry))
+                })
+            })
     }
 
-    fn insert(&mut self, merchant: &str, connector: &str, entry: Entry) {
-        let connectors = self.by_merchant.entry(merchant.into()).or_default();
+    fn insert(&mut self, tenant: &Tenant, merchant: &str, connector: &str, entry: Entry) {
+        let by_merchant = match tenant.id() {
+            None => &mut self.default,
+            Some(_) => self.tenants.entry(tenant.clone()).or_default(),
+        };
+        let connectors = by_merchant.entry(merchant.into()).or_default();
         if connectors.insert(connector.into(), entry).is_none() {
             self.len += 1;
         }
@@ -101,6 +124,7 @@ impl View {
                 continue;
             }
             snapshot.insert(
+                &entry.tenant,
                 &entry.merchant,
                 &entry.connector,
                 Entry {
@@ -115,24 +139,30 @@ impl View {
 
     /// Changes one breaker's entry now (this instance's own transition or
     /// override), keeping the rest; an entry left empty is removed.
-    pub fn update(&self, merchant: &str, connector: &str, change: impl Fn(&mut Entry)) {
+    pub fn update(
+        &self,
+        tenant: &Tenant,
+        merchant: &str,
+        connector: &str,
+        change: impl Fn(&mut Entry),
+    ) {
         self.current.rcu(|current| {
             let mut next = Snapshot {
                 read_at_ms: current.read_at_ms,
                 ..Snapshot::default()
             };
-            for (m, c, entry) in current.entries() {
-                if (m, c) != (merchant, connector) {
-                    next.insert(m, c, *entry);
+            for (t, m, c, entry) in current.entries() {
+                if (t, m, c) != (tenant, merchant, connector) {
+                    next.insert(t, m, c, *entry);
                 }
             }
             let mut entry = current
-                .entry(merchant, connector)
+                .entry(tenant, merchant, connector)
                 .copied()
                 .unwrap_or_default();
             change(&mut entry);
             if entry != Entry::default() {
-                next.insert(merchant, connector, entry);
+                next.insert(tenant, merchant, connector, entry);
             }
             next
         });
@@ -143,8 +173,13 @@ impl View {
 mod tests {
     use super::*;
 
-    fn index(merchant: &str, connector: &str, until: i64) -> IndexEntry {
+    fn acme() -> Tenant {
+        Tenant::parse("acme").unwrap()
+    }
+
+    fn index_of(tenant: &Tenant, merchant: &str, connector: &str, until: i64) -> IndexEntry {
         IndexEntry {
+            tenant: tenant.clone(),
             merchant: merchant.into(),
             connector: connector.into(),
             tripped: Some(Tripped {
@@ -154,6 +189,19 @@ mod tests {
             }),
             over: None,
         }
+    }
+
+    fn index(merchant: &str, connector: &str, until: i64) -> IndexEntry {
+        index_of(&Tenant::DEFAULT, merchant, connector, until)
+    }
+
+    fn until(snapshot: &Snapshot, tenant: &Tenant, merchant: &str, connector: &str) -> i64 {
+        snapshot
+            .entry(tenant, merchant, connector)
+            .unwrap()
+            .tripped
+            .unwrap()
+            .open_until_ms
     }
 
     #[test]
@@ -171,29 +219,64 @@ mod tests {
         assert_eq!(dropped, 1);
         let snapshot = view.load();
         assert_eq!(snapshot.len(), 2);
-        assert_eq!(
-            snapshot
-                .entry("m1", "a")
-                .unwrap()
-                .tripped
-                .unwrap()
-                .open_until_ms,
-            5
-        );
-        assert!(snapshot.entry("m2", "a").is_none());
+        assert_eq!(until(&snapshot, &Tenant::DEFAULT, "m1", "a"), 5);
+        assert!(snapshot.entry(&Tenant::DEFAULT, "m2", "a").is_none());
         view.replace(vec![index("m2", "a", 7)], 2_000, 10);
-        assert!(view.load().entry("m1", "a").is_none());
+        assert!(view.load().entry(&Tenant::DEFAULT, "m1", "a").is_none());
     }
 
     #[test]
     fn an_update_changes_one_entry_and_an_empty_one_goes() {
         let view = View::default();
         view.replace(vec![index("m1", "a", 5), index("m1", "b", 6)], 1_000, 10);
-        view.update("m1", "a", |entry| entry.tripped = None);
+        view.update(&Tenant::DEFAULT, "m1", "a", |entry| entry.tripped = None);
         let snapshot = view.load();
-        assert!(snapshot.entry("m1", "a").is_none());
-        assert!(snapshot.entry("m1", "b").is_some());
+        assert!(snapshot.entry(&Tenant::DEFAULT, "m1", "a").is_none());
+        assert!(snapshot.entry(&Tenant::DEFAULT, "m1", "b").is_some());
         assert_eq!(snapshot.len(), 1);
+    }
+
+    #[test]
+    fn two_tenants_with_the_same_merchant_and_connector_are_two_breakers() {
+        let (acme, globex) = (acme(), Tenant::parse("globex").unwrap());
+        let view = View::default();
+        view.replace(
+            vec![index("m1", "a", 5), index_of(&acme, "m1", "a", 6)],
+            1_000,
+            10,
+        );
+        let snapshot = view.load();
+        assert_eq!(snapshot.len(), 2);
+        assert_eq!(until(&snapshot, &Tenant::DEFAULT, "m1", "a"), 5);
+        assert_eq!(until(&snapshot, &acme, "m1", "a"), 6);
+        assert!(snapshot.entry(&globex, "m1", "a").is_none());
+        let mut seen: Vec<_> = snapshot
+            .entries()
+            .map(|(t, m, c, _)| (t.clone(), m.to_owned(), c.to_owned()))
+            .collect();
+        seen.sort();
+        assert_eq!(
+            seen,
+            [
+                (Tenant::DEFAULT, "m1".to_owned(), "a".to_owned()),
+                (acme.clone(), "m1".to_owned(), "a".to_owned()),
+            ]
+        );
+
+        // One tenant's update leaves the other's breaker alone.
+        view.update(&acme, "m1", "a", |entry| entry.tripped = None);
+        view.update(&globex, "m1", "a", |entry| {
+            entry.tripped = Some(Tripped {
+                open_until_ms: 9,
+                calls: 1,
+                failures: 1,
+            })
+        });
+        let snapshot = view.load();
+        assert!(snapshot.entry(&acme, "m1", "a").is_none());
+        assert_eq!(until(&snapshot, &Tenant::DEFAULT, "m1", "a"), 5);
+        assert_eq!(until(&snapshot, &globex, "m1", "a"), 9);
+        assert_eq!(snapshot.len(), 2);
     }
 
     #[test]

@@ -1,6 +1,16 @@
-//! `sticky-routing export [--config FILE] [--merchant ID] [--format csv|jsonl] [FILE|-]`:
-//! every habit in Redis as the rows `import` reads, so that export, then
-//! `import --no-admission` into an empty Redis, gives the same habits.
+//! `sticky-routing export [--config FILE] [--tenant ID | --all-tenants] [--merchant ID]
+//! [--format csv|jsonl] [FILE|-]`: every habit of a tenant in Redis as the
+//! rows `import` reads, so that export, then `import --no-admission` into an
+//! empty Redis, gives the same habits.
+//!
+//! Tenants: without a flag, the default tenant's habits only; `--tenant X`
+//! X's (rows without a tenant column: `import --tenant X` puts them back);
+//! `--all-tenants` every tenant's, each row with its `tenant_id` (empty for
+//! the default tenant), which `import` reads, so the round trip restores
+//! every tenant. The default tenant's SCAN pattern, `sticky_gw_*`, matches
+//! every tenant's keys: a key is kept by the tenant [`parse_customer_key`]
+//! reads in it, and another tenant's key is passed over without a word (it
+//! is no foreign key). A named tenant's pattern matches its keys only.
 //!
 //! It loads the settings as the server does (defaults, `--config FILE` or
 //! `STICKY_ROUTING_CONFIG`, then the environment) and reads Redis with the
@@ -29,6 +39,7 @@ use super::Format;
 use crate::config::Settings;
 use crate::domain::ids::MerchantId;
 use crate::domain::keys::customer_key_pattern;
+use crate::domain::tenant::Tenant;
 use crate::storage::{HashContents, HashScanner, ScanError, ScannedHash};
 use decode::{Decoded, decode_hash};
 use output::{Row, RowWriter};
@@ -36,16 +47,21 @@ use seen::Seen;
 
 /// `export --help`, and the line the binary's own `--help` can show.
 pub const HELP: &str = "\
-usage: sticky-routing export [--config FILE] [--merchant ID] [--format csv|jsonl] [FILE|-]
+usage: sticky-routing export [--config FILE] [--tenant ID | --all-tenants]
+                             [--merchant ID] [--format csv|jsonl] [FILE|-]
 
-Writes every habit in Redis as success rows whose counts add up to its net
-count (one row, or rows of at most 1,000,000,000, the most one import row
-takes), in the format `sticky-routing import` reads. Rows go to FILE, or to
+Writes every habit of a tenant in Redis as success rows whose counts add up to
+its net count (one row, or rows of at most 1,000,000,000, the most one import
+row takes), in the format `sticky-routing import` reads. Rows go to FILE, or to
 stdout (`-` or no FILE); progress and the summary go to stderr.
 
   --config FILE      the service's TOML settings (else STICKY_ROUTING_CONFIG);
                      the STICKY_ROUTING_REDIS_* variables apply as for the server
-  --merchant ID      only this merchant's customers
+  --tenant ID        this tenant's habits (else the default tenant's only)
+  --all-tenants      every tenant's habits, each row with a tenant_id column
+                     (empty: the default tenant) that import reads back
+  --merchant ID      only this merchant's customers (in every tenant, with
+                     --all-tenants)
   --format F         csv or jsonl; by default from FILE's name (.csv, .jsonl,
                      .ndjson), and csv on stdout
 
@@ -53,16 +69,45 @@ Exit status: 0 all written; 1 some keys or fields were not the service's and
 were skipped (counted on stderr); 2 usage, settings, file or Redis error.";
 
 /// One line for the binary's `--help`.
-pub const SUMMARY: &str =
-    "sticky-routing export [--merchant ID] [--format csv|jsonl] [FILE|-]  (see export --help)";
+pub const SUMMARY: &str = "sticky-routing export [--tenant ID | --all-tenants] [--merchant ID] \
+     [--format csv|jsonl] [FILE|-]  (see export --help)";
 
 /// How often a progress line is printed while the export runs.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// Whose habits an export writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Tenants {
+    /// One tenant's (the default one without `--tenant`), without a
+    /// `tenant_id` column.
+    One(Tenant),
+    /// Every tenant's, with a `tenant_id` column.
+    All,
+}
+
+impl Tenants {
+    /// Whether a key of `tenant` is exported.
+    fn keeps(&self, tenant: &Tenant) -> bool {
+        match self {
+            Self::One(one) => one == tenant,
+            Self::All => true,
+        }
+    }
+
+    /// The SCAN pattern: every tenant's keys start as the default tenant's.
+    fn pattern(&self, merchant: Option<&MerchantId>) -> String {
+        match self {
+            Self::One(tenant) => customer_key_pattern(tenant, merchant),
+            Self::All => customer_key_pattern(&Tenant::DEFAULT, None),
+        }
+    }
+}
 
 /// What the command line asks for.
 #[derive(Debug, PartialEq, Eq)]
 struct Request {
     config_file: Option<PathBuf>,
+    tenants: Tenants,
     merchant: Option<MerchantId>,
     format: Format,
     /// `None`: stdout.
@@ -98,12 +143,15 @@ fn fail(problem: &str) -> ExitCode {
 /// The arguments; `Ok(None)` for `--help`.
 fn parse_args(args: &[String]) -> Result<Option<Request>, String> {
     let (mut config_file, mut merchant, mut format, mut path) = (None, None, None, None);
+    let (mut tenant, mut all_tenants) = (None, false);
     let mut flags = super::flags::Flags::new(args);
     while let Some(name) = flags.next_word() {
         let mut value = || flags.value(name).map(str::to_owned);
         match name {
             "-h" | "--help" => return Ok(None),
             "--config" => config_file = Some(PathBuf::from(value()?)),
+            super::flags::TENANT_FLAG => tenant = Some(super::flags::tenant(&value()?)?),
+            "--all-tenants" => all_tenants = true,
             "--merchant" => {
                 let id = value()?;
                 let id = MerchantId::parse(&id).map_err(|e| format!("--merchant: {}", e.reason))?;
@@ -121,6 +169,11 @@ fn parse_args(args: &[String]) -> Result<Option<Request>, String> {
             _ => return Err("give at most one FILE".into()),
         }
     }
+    let tenants = match (tenant, all_tenants) {
+        (Some(_), true) => return Err("give --tenant ID or --all-tenants, not both".into()),
+        (_, true) => Tenants::All,
+        (tenant, false) => Tenants::One(tenant.unwrap_or_default()),
+    };
     let path: Option<PathBuf> = path.flatten();
     let format = match (format, &path) {
         (Some(format), _) => format,
@@ -134,6 +187,7 @@ fn parse_args(args: &[String]) -> Result<Option<Request>, String> {
     };
     Ok(Some(Request {
         config_file,
+        tenants,
         merchant,
         format,
         path,
@@ -196,9 +250,10 @@ async fn export(request: &Request, settings: &Settings) -> Result<Summary, Strin
         Err(ScanError::Connect(why)) => return Err(super::unreachable(&redis, &why)),
         Err(error) => return Err(error.to_string()),
     };
-    let writer = RowWriter::open(request.path.as_deref(), request.format)
+    let with_tenant = request.tenants == Tenants::All;
+    let writer = RowWriter::open(request.path.as_deref(), request.format, with_tenant)
         .map_err(|e| cannot_write(request.path.as_deref(), &e))?;
-    let pages = scanner.scan(&customer_key_pattern(request.merchant.as_ref()));
+    let pages = scanner.scan(&request.tenants.pattern(request.merchant.as_ref()));
     let result = write_all(pages, request, writer).await;
     super::quit_within(scanner.quit()).await;
     result
@@ -243,8 +298,8 @@ async fn write_all(
 
 /// Writes one page's customers. A key counts as written (in `seen`) once
 /// it gave rows or was counted unreadable; a key found empty (deleted
-/// between SCAN and HGETALL) or of another merchant is not, so a later
-/// sighting of it is still read.
+/// between SCAN and HGETALL) or of another merchant or tenant is not, so a
+/// later sighting of it is still read.
 fn write_page(
     page: &[ScannedHash],
     request: &Request,
@@ -269,13 +324,17 @@ fn write_page(
                 }
             }
             Decoded::Customer {
+                tenant,
                 merchant,
                 customer,
                 habits,
                 unreadable_fields,
             } => {
-                // The MATCH pattern already keeps to the merchant asked for.
-                if request.merchant.as_ref().is_some_and(|m| *m != merchant) {
+                // The MATCH pattern already keeps to the merchant asked for,
+                // but not to the default tenant: its pattern matches all.
+                if request.merchant.as_ref().is_some_and(|m| *m != merchant)
+                    || !request.tenants.keeps(&tenant)
+                {
                     continue;
                 }
                 let nothing = habits.is_empty() && unreadable_fields == 0;
@@ -287,8 +346,12 @@ fn write_page(
                     continue;
                 }
                 summary.customers += 1;
+                // The column only when every tenant is written.
+                let tenant_id = (request.tenants == Tenants::All).then(|| tenant.as_str());
                 for habit in &habits {
-                    for row in Row::successes(merchant.as_str(), customer.as_str(), habit) {
+                    let rows =
+                        Row::successes(tenant_id, merchant.as_str(), customer.as_str(), habit);
+                    for row in rows {
                         writer
                             .write(&row)
                             .map_err(|e| cannot_write(request.path.as_deref(), &e))?;
@@ -343,12 +406,41 @@ mod tests {
         assert_eq!(request.merchant.unwrap().as_str(), "m_1");
         assert_eq!(request.config_file, Some(PathBuf::from("a.toml")));
         assert_eq!(request.path, Some(PathBuf::from("x.csv")));
+        assert_eq!(request.tenants, Tenants::One(Tenant::DEFAULT));
         assert_eq!(parse(&["x.csv", "--help"]).unwrap(), None);
+        let request = parse(&["--tenant", " Acme "]).unwrap().unwrap();
+        assert_eq!(request.tenants, Tenants::One(tenant("Acme")));
+        let request = parse(&["--all-tenants"]).unwrap().unwrap();
+        assert_eq!(request.tenants, Tenants::All);
+    }
+
+    fn tenant(id: &str) -> Tenant {
+        Tenant::parse(id).unwrap()
+    }
+
+    #[test]
+    fn the_default_tenants_pattern_matches_all_and_keeps_only_its_own() {
+        let default = Tenants::One(Tenant::DEFAULT);
+        assert_eq!(default.pattern(None), "sticky_gw_*");
+        assert!(default.keeps(&Tenant::DEFAULT) && !default.keeps(&tenant("acme")));
+        let acme = Tenants::One(tenant("acme"));
+        assert_eq!(acme.pattern(None), "sticky_gw_%Tacme_*");
+        assert!(acme.keeps(&tenant("acme")) && !acme.keeps(&tenant("Acme")));
+        assert!(!acme.keeps(&Tenant::DEFAULT));
+        assert_eq!(Tenants::All.pattern(None), "sticky_gw_*");
+        let m1 = MerchantId::parse("m1").unwrap();
+        assert_eq!(Tenants::All.pattern(Some(&m1)), "sticky_gw_*");
+        assert!(Tenants::All.keeps(&Tenant::DEFAULT) && Tenants::All.keeps(&tenant("x")));
     }
 
     /// A customer hash of merchant `m1` as a SCAN page brings it.
     fn scanned(customer: &str, contents: HashContents) -> ScannedHash {
+        scanned_in(&Tenant::DEFAULT, customer, contents)
+    }
+
+    fn scanned_in(tenant: &Tenant, customer: &str, contents: HashContents) -> ScannedHash {
         let key = crate::domain::keys::customer_key(
+            tenant,
             &MerchantId::parse("m1").unwrap(),
             &crate::domain::ids::CustomerId::parse(customer).unwrap(),
         );
@@ -367,7 +459,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("out.csv");
         let request = parse(&[file.to_str().unwrap()]).unwrap().unwrap();
-        let writer = RowWriter::open(request.path.as_deref(), request.format).unwrap();
+        let writer = RowWriter::open(request.path.as_deref(), request.format, false).unwrap();
         // As SCAN may page when the table is resized mid-scan: keys already
         // given come again, on later pages and on the same one. A key found
         // empty (deleted between SCAN and HGETALL) is no sighting: when it
@@ -404,6 +496,58 @@ mod tests {
         assert_eq!((summary.repeats, summary.unreadable_keys), (4, 1));
     }
 
+    /// Writes `pages` as `args` ask; the file's lines after the header,
+    /// sorted, and the summary.
+    async fn written(args: &[&str], pages: Vec<Vec<ScannedHash>>) -> (Vec<String>, Summary) {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("out.csv");
+        let mut args = args.to_vec();
+        args.push(file.to_str().unwrap());
+        let request = parse(&args).unwrap().unwrap();
+        let with_tenant = request.tenants == Tenants::All;
+        let writer = RowWriter::open(request.path.as_deref(), request.format, with_tenant).unwrap();
+        let (sender, receiver) = mpsc::channel(pages.len().max(1));
+        for page in pages {
+            sender.send(Ok(page)).await.unwrap();
+        }
+        drop(sender);
+        let summary = write_all(receiver, &request, writer).await.unwrap();
+        let text = std::fs::read_to_string(&file).unwrap();
+        let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        lines[1..].sort_unstable();
+        (lines, summary)
+    }
+
+    #[tokio::test]
+    async fn each_tenant_is_exported_alone_and_all_with_a_tenant_column() {
+        let pages = || {
+            vec![vec![
+                scanned_in(&Tenant::DEFAULT, "c1", habit("1")),
+                scanned_in(&tenant("acme"), "c1", habit("2")),
+                scanned_in(&tenant("Acme"), "c1", habit("3")),
+            ]]
+        };
+        let header = "merchant_id,customer_id,payment_method,payment_method_type,connector,\
+                      outcome,count";
+        let (lines, summary) = written(&[], pages()).await;
+        assert_eq!(lines, [header, "m1,c1,INTERAC,RTP,GIGADAT,success,1"]);
+        // Another tenant's key is no foreign key: nothing unreadable.
+        assert_eq!((summary.customers, summary.unreadable_keys), (1, 0));
+        let (lines, _) = written(&["--tenant", "acme"], pages()).await;
+        assert_eq!(lines, [header, "m1,c1,INTERAC,RTP,GIGADAT,success,2"]);
+        let (lines, summary) = written(&["--all-tenants"], pages()).await;
+        assert_eq!(
+            lines,
+            [
+                &format!("tenant_id,{header}"),
+                ",m1,c1,INTERAC,RTP,GIGADAT,success,1",
+                "Acme,m1,c1,INTERAC,RTP,GIGADAT,success,3",
+                "acme,m1,c1,INTERAC,RTP,GIGADAT,success,2",
+            ]
+        );
+        assert_eq!(summary.customers, 3);
+    }
+
     #[test]
     fn usage_errors_name_the_problem() {
         for (args, says) in [
@@ -412,6 +556,9 @@ mod tests {
             (&["--format", "xml"], "`xml` is not csv"),
             (&["--bogus"], "unknown option `--bogus`"),
             (&["a.csv", "b.csv"], "at most one FILE"),
+            (&["--tenant", "a.b"], "--tenant: may hold only"),
+            (&["--tenant"], "--tenant needs a value"),
+            (&["--tenant", "x", "--all-tenants"], "not both"),
         ] {
             let problem = parse(args).unwrap_err();
             assert!(problem.contains(says), "{args:?}: {problem}");

@@ -1,11 +1,22 @@
 //! The bulk commands' own argument walk: `--name value`, `--name=value` and
-//! bare words (a FILE, `-`), shared so every command reads flags alike; and
-//! the input of the commands that read rows (`import`, `replay`): FILE or
-//! `-`, and its format.
+//! bare words (a FILE, `-`), shared so every command reads flags alike; the
+//! input of the commands that read rows (`import`, `replay`): FILE or `-`,
+//! and its format; and `--tenant`, which every bulk command takes.
 
 use std::path::PathBuf;
 
 use super::Format;
+use crate::domain::tenant::Tenant;
+
+/// The flag that names a bulk command's tenant.
+pub(crate) const TENANT_FLAG: &str = "--tenant";
+
+/// `--tenant`'s value: a tenant id as the `x-tenant-id` header takes it
+/// (trimmed; empty is the default tenant), or a usage error naming
+/// `--tenant`.
+pub(crate) fn tenant(value: &str) -> Result<Tenant, String> {
+    Tenant::parse_as(value, TENANT_FLAG).map_err(|invalid| invalid.to_string())
+}
 
 /// Walks a bulk command's arguments.
 pub(crate) struct Flags<'a> {
@@ -113,5 +124,16 @@ mod tests {
         assert_eq!(flags.next_word(), Some("--c"));
         assert_eq!(flags.value("--c"), Err("--c needs a value".to_owned()));
         assert_eq!(flags.next_word(), None);
+    }
+
+    #[test]
+    fn a_tenant_is_read_as_the_header_and_a_bad_one_names_the_flag() {
+        assert_eq!(tenant(" acme ").unwrap().id(), Some("acme"));
+        assert_eq!(tenant("Acme").unwrap().id(), Some("Acme"));
+        assert!(tenant("").unwrap().is_default());
+        for bad in ["a.b", "a b", &"a".repeat(65)] {
+            let problem = tenant(bad).unwrap_err();
+            assert!(problem.starts_with("--tenant: "), "{bad}: {problem}");
+        }
     }
 }

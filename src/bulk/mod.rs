@@ -3,6 +3,10 @@
 //! `sticky-routing report` ([`report`]), the experiment's uplift per
 //! merchant, which reaches Redis as `export` does.
 //!
+//! Every one of them, and `replay`, works within one tenant, `--tenant ID`
+//! (the default tenant without it); `export --all-tenants` writes every
+//! tenant's habits with a [`TENANT_COLUMN`], which `import` reads back.
+//!
 //! Both load the service's own settings (defaults, `--config FILE` or
 //! `STICKY_ROUTING_CONFIG`, then the environment), so they reach Redis
 //! exactly as the server does (single node, Cluster, Sentinel, TLS, ACL user)
@@ -45,6 +49,10 @@ pub const ATTEMPT_COLUMN: &str = "attempt_id";
 /// `replay`'s optional column: the attempt's time (RFC 3339 or Unix
 /// seconds). `import` ignores it.
 pub const AT_COLUMN: &str = "at";
+/// The optional column of a row's tenant (contract v1.2, "Tenants"): the
+/// empty cell is the default tenant. `export --all-tenants` writes it, and
+/// `import` and `replay` read it.
+pub const TENANT_COLUMN: &str = "tenant_id";
 /// The most outcomes one row's `count` may stand for: import refuses more,
 /// and export splits a larger net count over rows of at most this. Far
 /// above any real history, and far below where a count could overflow

@@ -1,8 +1,13 @@
-//! `sticky-routing report [--config FILE] [--merchant ID] [--days N] [--format text|json]`:
-//! the experiment's uplift per merchant (contract v1.2 §4), from the counts
-//! every instance flushed to Redis, as a table a person reads or as JSON
-//! Lines with GetUplift's field names plus `merchant_id`, `days` and
-//! `follow_rate`.
+//! `sticky-routing report [--config FILE] [--tenant ID] [--merchant ID] [--days N]
+//! [--format text|json]`: the experiment's uplift per merchant of one
+//! tenant (contract v1.2 §4), from the counts every instance flushed to
+//! Redis, as a table a person reads or as JSON Lines with GetUplift's field
+//! names plus `merchant_id`, `days` and `follow_rate`, for every tenant.
+//!
+//! The tenant is `--tenant`'s, else the default one. The default tenant's
+//! SCAN pattern, `sticky_exp_*`, matches every tenant's keys: a key counts
+//! for the tenant [`parse_experiment_key`] reads in it, and another
+//! tenant's key is passed over without a word.
 //!
 //! It loads the settings as the server does and reads Redis as `export`
 //! does (SCAN of `sticky_exp_*` on every primary, HGETALL of each key
@@ -26,13 +31,15 @@ use serde::Serialize;
 use crate::config::Settings;
 use crate::domain::ids::MerchantId;
 use crate::domain::keys::{experiment_key_pattern, parse_experiment_key};
+use crate::domain::tenant::Tenant;
 use crate::domain::uplift::{GroupCounts, Uplift};
 use crate::experiment::{DEFAULT_DAYS, MAX_DAYS, days, uplift_of};
 use crate::storage::{ExperimentCounts, HashContents, HashScanner, ScanError};
 
 /// `report --help`.
 pub const HELP: &str = "\
-usage: sticky-routing report [--config FILE] [--merchant ID] [--days N] [--format text|json]
+usage: sticky-routing report [--config FILE] [--tenant ID] [--merchant ID]
+                             [--days N] [--format text|json]
 
 Reports the rollout's experiment per merchant: for treated, holdout and shadow,
 the outcomes, successes and success rate; treated's followed and overridden
@@ -43,6 +50,7 @@ counts are every instance's, as flushed to Redis (within 2 s of each call).
 
   --config FILE      the service's TOML settings (else STICKY_ROUTING_CONFIG);
                      the STICKY_ROUTING_REDIS_* variables apply as for the server
+  --tenant ID        this tenant's merchants (else the default tenant's)
   --merchant ID      only this merchant (else every merchant with counts)
   --days N           the last N UTC days, today included: 1 to 35 (default 7)
   --format F         text (a table, the default) or json (JSON Lines, one
@@ -52,8 +60,8 @@ Exit status: 0 done; 1 some keys under sticky_exp_ were not the service's and
 were skipped (counted on stderr); 2 usage, settings or Redis error.";
 
 /// One line for the binary's `--help`.
-pub const SUMMARY: &str =
-    "sticky-routing report [--merchant ID] [--days N] [--format text|json]  (see report --help)";
+pub const SUMMARY: &str = "sticky-routing report [--tenant ID] [--merchant ID] [--days N] \
+     [--format text|json]  (see report --help)";
 
 /// How the report is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +74,7 @@ enum Format {
 #[derive(Debug, PartialEq, Eq)]
 struct Request {
     config_file: Option<PathBuf>,
+    tenant: Tenant,
     merchant: Option<MerchantId>,
     days: u32,
     format: Format,
@@ -119,6 +128,7 @@ fn fail(problem: &str) -> ExitCode {
 fn parse_args(args: &[String]) -> Result<Option<Request>, String> {
     let mut request = Request {
         config_file: None,
+        tenant: Tenant::DEFAULT,
         merchant: None,
         days: DEFAULT_DAYS,
         format: Format::Text,
@@ -129,6 +139,7 @@ fn parse_args(args: &[String]) -> Result<Option<Request>, String> {
         match name {
             "-h" | "--help" => return Ok(None),
             "--config" => request.config_file = Some(PathBuf::from(value()?)),
+            super::flags::TENANT_FLAG => request.tenant = super::flags::tenant(&value()?)?,
             "--merchant" => {
                 let id = value()?;
                 let id = MerchantId::parse(&id).map_err(|e| format!("--merchant: {}", e.reason))?;
@@ -181,7 +192,8 @@ async fn read_counts(
         Err(ScanError::Connect(why)) => return Err(super::unreachable(&redis, &why)),
         Err(error) => return Err(error.to_string()),
     };
-    let mut pages = scanner.scan(&experiment_key_pattern(request.merchant.as_ref()));
+    let pattern = experiment_key_pattern(&request.tenant, request.merchant.as_ref());
+    let mut pages = scanner.scan(&pattern);
     let wanted: HashSet<u32> = wanted.iter().copied().collect();
     let mut read = Read::default();
     if let Some(merchant) = &request.merchant {
@@ -215,13 +227,17 @@ async fn read_counts(
             if !seen.insert(hash.key.clone()) {
                 continue;
             }
-            let (Some((merchant, day)), Some(counts)) = (parsed, counts) else {
+            let (Some((tenant, merchant, day)), Some(counts)) = (parsed, counts) else {
                 read.unreadable += 1;
                 continue;
             };
             // The pattern keeps to the merchant asked for, but a glob can
-            // only narrow so far: the parsed id decides.
-            if request.merchant.as_ref().is_some_and(|m| *m != merchant) || !wanted.contains(&day) {
+            // only narrow so far, and the default tenant's matches every
+            // tenant's keys: the parsed ids decide.
+            if tenant != request.tenant
+                || request.merchant.as_ref().is_some_and(|m| *m != merchant)
+                || !wanted.contains(&day)
+            {
                 continue;
             }
             read.by_merchant
@@ -244,25 +260,35 @@ fn render(request: &Request, by_merchant: &BTreeMap<String, ExperimentCounts>) -
         let uplift = uplift_of(counts);
         match request.format {
             Format::Json => {
-                let line = serde_json::to_string(&JsonLine::of(merchant, request.days, &uplift))
-                    .unwrap_or_default();
+                let line = JsonLine::of(merchant, request.days, &uplift);
+                let line = serde_json::to_string(&line).unwrap_or_default();
                 out.push_str(&line);
                 out.push('\n');
             }
-            Format::Text => out.push_str(&text_block(merchant, request.days, &uplift)),
+            Format::Text => out.push_str(&text_block(
+                &request.tenant,
+                merchant,
+                request.days,
+                &uplift,
+            )),
         }
     }
     if request.format == Format::Text && by_merchant.is_empty() {
+        let tenant = match request.tenant.id() {
+            Some(id) => format!(" for tenant {id}"),
+            None => String::new(),
+        };
         out.push_str(&format!(
-            "no experiment counts in the last {} UTC days\n",
+            "no experiment counts{tenant} in the last {} UTC days\n",
             request.days
         ));
     }
     out
 }
 
-/// One JSON line: GetUplift's fields plus `merchant_id`, `days` and
-/// `follow_rate`, in the contract's order.
+/// One JSON line: exactly GetUplift's fields plus `merchant_id`, `days`
+/// and `follow_rate`, in the contract's order, for every tenant: the
+/// caller named the tenant with `--tenant`, and the text report says it.
 #[derive(Serialize)]
 struct JsonLine<'a> {
     merchant_id: &'a str,
@@ -317,11 +343,15 @@ impl<'a> JsonLine<'a> {
 }
 
 /// One merchant's block of the text report.
-fn text_block(merchant: &str, days: u32, uplift: &Uplift) -> String {
+fn text_block(tenant: &Tenant, merchant: &str, days: u32, uplift: &Uplift) -> String {
     let percent = |rate: f64| format!("{:.2}%", rate * 100.0);
     let points = |diff: f64| format!("{:+.2} pp", diff * 100.0);
+    let tenant = match tenant.id() {
+        Some(id) => format!(" (tenant {id})"),
+        None => String::new(),
+    };
     let mut out = format!(
-        "merchant {merchant}: last {days} UTC day{}\n",
+        "merchant {merchant}{tenant}: last {days} UTC day{}\n",
         if days == 1 { "" } else { "s" }
     );
     out.push_str(&format!(
@@ -392,7 +422,10 @@ mod tests {
             .unwrap();
         assert_eq!(request.merchant.unwrap().as_str(), "m_1");
         assert_eq!((request.days, request.format), (35, Format::Json));
+        assert_eq!(request.tenant, Tenant::DEFAULT);
         assert_eq!(parse(&["--days=1", "--help"]).unwrap(), None);
+        let request = parse(&["--tenant", " Acme"]).unwrap().unwrap();
+        assert_eq!(request.tenant.id(), Some("Acme"));
     }
 
     #[test]
@@ -408,6 +441,8 @@ mod tests {
             (&["--merchant", ""], "--merchant: must not be empty"),
             (&["--format", "csv"], "`csv` is not text or json"),
             (&["extra"], "unknown argument `extra`"),
+            (&["--tenant", "a.b"], "--tenant: may hold only"),
+            (&["--tenant"], "--tenant needs a value"),
         ] {
             let problem = parse(args).unwrap_err();
             assert!(problem.contains(says), "{args:?}: {problem}");
@@ -528,5 +563,33 @@ mod tests {
             render(&request, &BTreeMap::new()),
             "no experiment counts in the last 1 UTC days\n"
         );
+    }
+
+    #[test]
+    fn a_tenants_report_says_whose_it_is_and_the_defaults_is_unchanged() {
+        let by_merchant = BTreeMap::from([("m1".to_owned(), counts(&[("t:f:s", 1)]))]);
+        let request = parse(&["--tenant", "acme", "--days", "1"])
+            .unwrap()
+            .unwrap();
+        let text = render(&request, &by_merchant);
+        assert!(
+            text.starts_with("merchant m1 (tenant acme): last 1 UTC day\n"),
+            "{text}"
+        );
+        assert_eq!(
+            render(&request, &BTreeMap::new()),
+            "no experiment counts for tenant acme in the last 1 UTC days\n"
+        );
+        let request = parse(&["--tenant", "acme", "--format", "json"])
+            .unwrap()
+            .unwrap();
+        let line = render(&request, &by_merchant);
+        assert!(
+            line.starts_with("{\"tenant_id\":\"acme\",\"merchant_id\":\"m1\","),
+            "{line}"
+        );
+        let request = parse(&["--format", "json"]).unwrap().unwrap();
+        let line = render(&request, &by_merchant);
+        assert!(line.starts_with("{\"merchant_id\":\"m1\","), "{line}");
     }
 }

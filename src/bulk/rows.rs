@@ -2,7 +2,12 @@
 //! [`Row`], `replay` reads the same fields ([`Fields`]) plus `at`.
 //!
 //! Validation is RecordOutcome's own ([`RecordCommand::parse`]); a row only
-//! adds its outcome word and its `count`. A bad row is reported by its
+//! adds its tenant, its outcome word and its `count`. The tenant is the
+//! row's `tenant_id` cell (the empty cell, or none, is the default tenant),
+//! checked first as a call's header is; or, for `import --tenant X`
+//! ([`RowReader::for_tenant`]), X for every row, and then a file with a
+//! `tenant_id` column is a usage error ([`FileError::TenantColumn`]): the
+//! file would say one tenant and the flag another. A bad row is reported by its
 //! physical line in the file (a CSV header is line 1; a quoted CSV field
 //! that holds newlines spans lines, and the row is named by the line it
 //! starts on) and a reason that names the field but never quotes the
@@ -12,10 +17,13 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::bulk::{AT_COLUMN, ATTEMPT_COLUMN, COLUMNS, COUNT_COLUMN, Format, MAX_COUNT};
+use crate::bulk::{
+    AT_COLUMN, ATTEMPT_COLUMN, COLUMNS, COUNT_COLUMN, Format, MAX_COUNT, TENANT_COLUMN,
+};
 use crate::domain::InvalidInput;
 use crate::domain::counts::Outcome;
 use crate::domain::ids::trim_blanks;
+use crate::domain::tenant::Tenant;
 use crate::record::{RawOutcome, RecordCommand};
 
 /// One valid row.
@@ -38,11 +46,14 @@ pub enum Parsed {
 /// The file's fields of one row, before validation; `None`: absent.
 #[derive(Debug, Default)]
 pub struct Fields<'a> {
-    values: [Option<&'a str>; 9],
+    values: [Option<&'a str>; COLUMN_COUNT],
 }
 
+/// How many columns a row may have.
+const COLUMN_COUNT: usize = 10;
+
 /// The columns a row may have, in [`Fields`]' order.
-const ALL_COLUMNS: [&str; 9] = [
+const ALL_COLUMNS: [&str; COLUMN_COUNT] = [
     COLUMNS[0],
     COLUMNS[1],
     COLUMNS[2],
@@ -52,11 +63,13 @@ const ALL_COLUMNS: [&str; 9] = [
     COUNT_COLUMN,
     ATTEMPT_COLUMN,
     AT_COLUMN,
+    TENANT_COLUMN,
 ];
 const REQUIRED: usize = 6;
-/// Where `count` and `at` are in [`ALL_COLUMNS`].
+/// Where `count`, `at` and `tenant_id` are in [`ALL_COLUMNS`].
 const COUNT_AT: usize = 6;
 const AT_AT: usize = 8;
+const TENANT_AT: usize = 9;
 
 impl<'a> Fields<'a> {
     /// The first required column the row lacks, as its reason.
@@ -100,6 +113,18 @@ impl<'a> Fields<'a> {
     pub fn count(&self) -> Result<u32, String> {
         parse_count(self.values[COUNT_AT].unwrap_or_default())
     }
+
+    /// The `tenant_id` cell's text, `None` when the row has no such column
+    /// (a JSON `null` is none either).
+    pub fn tenant_cell(&self) -> Option<&'a str> {
+        self.values[TENANT_AT]
+    }
+}
+
+/// A `tenant_id` cell's tenant: the empty cell is the default tenant; an
+/// invalid id is an error naming `tenant_id`.
+pub fn parse_tenant(cell: &str) -> Result<Tenant, InvalidInput> {
+    Tenant::parse_as(cell, TENANT_COLUMN)
 }
 
 /// The `outcome` word, or why it is not one.
@@ -109,15 +134,22 @@ pub fn parse_outcome(word: &str) -> Result<Outcome, InvalidInput> {
 }
 
 impl Fields<'_> {
-    /// The row as a validated command, or the reason it is bad.
-    fn validate(&self) -> Result<(RecordCommand, u32), String> {
+    /// The row as a validated command of `tenant` (else of its `tenant_id`
+    /// cell's), or the reason it is bad.
+    fn validate(&self, tenant: Option<&Tenant>) -> Result<(RecordCommand, u32), String> {
         if let Some(missing) = self.missing() {
             return Err(missing);
         }
+        // The tenant first, as a call's header is checked before its body.
+        let tenant = match tenant {
+            Some(tenant) => tenant.clone(),
+            None => parse_tenant(self.tenant_cell().unwrap_or_default())
+                .map_err(|invalid| invalid.to_string())?,
+        };
         let command = RecordCommand::parse(self.raw(), || parse_outcome(self.outcome_word()))
             .map_err(|invalid| invalid.to_string())?;
         let times = self.count()?;
-        Ok((command, times))
+        Ok((command.in_tenant(tenant), times))
     }
 }
 
@@ -136,15 +168,27 @@ fn parse_count(text: &str) -> Result<u32, String> {
     }
 }
 
-fn parsed(line: u64, fields: Result<&Fields<'_>, String>) -> Parsed {
-    match fields.and_then(Fields::validate) {
+/// One row as import reads it: of `tenant` when `--tenant` names one, and
+/// then a row with a `tenant_id` cell stops the file.
+fn parsed(
+    line: u64,
+    fields: Result<&Fields<'_>, String>,
+    tenant: Option<&Tenant>,
+) -> Result<Parsed, FileError> {
+    if tenant.is_some()
+        && let Ok(fields) = &fields
+        && fields.tenant_cell().is_some()
+    {
+        return Err(FileError::TenantColumn { line: Some(line) });
+    }
+    Ok(match fields.and_then(|fields| fields.validate(tenant)) {
         Ok((command, times)) => Parsed::Row(Row {
             line,
             command,
             times,
         }),
         Err(reason) => Parsed::Bad { line, reason },
-    }
+    })
 }
 
 /// Counts the bytes read, for progress against the file's size.
@@ -164,6 +208,8 @@ impl<R: Read> Read for Counted<R> {
 /// Reads the data rows of a file, one at a time.
 pub struct RowReader {
     source: Source,
+    /// `--tenant`'s tenant, for every row ([`RowReader::for_tenant`]).
+    tenant: Option<Tenant>,
 }
 
 enum Source {
@@ -171,7 +217,7 @@ enum Source {
         /// Boxed: the CSV reader's state is large beside the JSONL one's.
         reader: Box<csv::Reader<Counted<Box<dyn Read + Send>>>>,
         /// For each of [`ALL_COLUMNS`], its index in the file's rows.
-        columns: [Option<usize>; 9],
+        columns: [Option<usize>; COLUMN_COUNT],
         record: csv::ByteRecord,
     },
     Jsonl {
@@ -190,6 +236,14 @@ pub enum FileError {
     MissingColumn(&'static str),
     #[error("the CSV header cannot be read: {0}")]
     Header(String),
+    /// `import --tenant` of rows that name their own tenant: at the header
+    /// (`None`) or at the first JSON line with a `tenant_id`.
+    #[error(
+        "{}the rows have a `tenant_id` column, and --tenant cannot go with it \
+         (without --tenant, each row goes to its own tenant_id's tenant)",
+        line.map(|line| format!("line {line}: ")).unwrap_or_default()
+    )]
+    TenantColumn { line: Option<u64> },
 }
 
 impl RowReader {
@@ -215,7 +269,7 @@ impl RowReader {
                     csv::ErrorKind::Io(io) => FileError::Io(io),
                     other => FileError::Header(format!("{other:?}")),
                 })?;
-                let mut columns = [None; 9];
+                let mut columns = [None; COLUMN_COUNT];
                 for (index, name) in header.iter().enumerate() {
                     let name = String::from_utf8_lossy(name);
                     let name = name.trim().trim_start_matches('\u{feff}');
@@ -238,13 +292,40 @@ impl RowReader {
                 buffer: Vec::new(),
             },
         };
-        Ok(Self { source })
+        Ok(Self {
+            source,
+            tenant: None,
+        })
+    }
+
+    /// Whether the rows carry a `tenant_id` column: `Some` for CSV, whose
+    /// header says; `None` for JSON Lines, where each line says for itself.
+    pub fn has_tenant_column(&self) -> Option<bool> {
+        match &self.source {
+            Source::Csv { columns, .. } => Some(columns[TENANT_AT].is_some()),
+            Source::Jsonl { .. } => None,
+        }
+    }
+
+    /// Every row is `tenant`'s (`import --tenant`): a CSV header with a
+    /// `tenant_id` column is refused here, before any row is read, and a
+    /// JSON line with a `tenant_id` key stops [`Self::next_row`] there.
+    pub fn for_tenant(mut self, tenant: Tenant) -> Result<Self, FileError> {
+        if self.has_tenant_column() == Some(true) {
+            return Err(FileError::TenantColumn { line: None });
+        }
+        self.tenant = Some(tenant);
+        Ok(self)
     }
 
     /// The next data row, validated as an import row; `None` at the end of
     /// the file.
     pub fn next_row(&mut self) -> Option<Result<Parsed, FileError>> {
-        self.next_with(parsed)
+        let tenant = self.tenant.as_ref();
+        next_from(&mut self.source, |line, fields| {
+            parsed(line, fields, tenant)
+        })
+        .map(|read| read.and_then(|parsed| parsed))
     }
 
     /// Hands the next data row to `read`: its line, and its fields or why
@@ -255,24 +336,31 @@ impl RowReader {
         &mut self,
         read: impl FnOnce(u64, Result<&Fields<'_>, String>) -> T,
     ) -> Option<Result<T, FileError>> {
-        match &mut self.source {
-            Source::Csv {
-                reader,
-                columns,
-                record,
-            } => next_csv(&mut **reader, columns, record, read),
-            Source::Jsonl {
-                reader,
-                line,
-                buffer,
-            } => next_jsonl(reader, line, buffer, read),
-        }
+        next_from(&mut self.source, read)
+    }
+}
+
+fn next_from<T>(
+    source: &mut Source,
+    read: impl FnOnce(u64, Result<&Fields<'_>, String>) -> T,
+) -> Option<Result<T, FileError>> {
+    match source {
+        Source::Csv {
+            reader,
+            columns,
+            record,
+        } => next_csv(&mut **reader, columns, record, read),
+        Source::Jsonl {
+            reader,
+            line,
+            buffer,
+        } => next_jsonl(reader, line, buffer, read),
     }
 }
 
 fn next_csv<R: Read, T>(
     reader: &mut csv::Reader<R>,
-    columns: &[Option<usize>; 9],
+    columns: &[Option<usize>; COLUMN_COUNT],
     record: &mut csv::ByteRecord,
     read: impl FnOnce(u64, Result<&Fields<'_>, String>) -> T,
 ) -> Option<Result<T, FileError>> {

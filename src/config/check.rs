@@ -15,6 +15,7 @@ use crate::domain::breaker::BreakerSettings;
 use crate::domain::ids::MerchantId;
 use crate::domain::priority::Shares;
 use crate::domain::rollout::Rollout;
+use crate::domain::tenant::TenantAllowlist;
 use crate::pki::{AdminClients, ServerTlsFiles, TlsFileKind};
 use crate::storage::RedisSettings;
 use crate::telemetry::TelemetrySettings;
@@ -30,6 +31,7 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
     let listen_addr = c.value(&declared::LISTEN_ADDR);
     let metrics_addr = c.value(&declared::METRICS_ADDR);
     let health_listen_addr = c.value(&declared::HEALTH_LISTEN_ADDR);
+    let tenants = c.value_or(&declared::TENANTS, Some(TenantAllowlist::ANY));
     let (tls, admin_clients) = server_tls(&mut c);
     let redis = RedisSettings::from_declared(&mut c);
     let key_ttl = c.value(&KEY_TTL);
@@ -62,6 +64,7 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
             health_listen_addr: health_listen_addr?,
             tls,
             admin_clients: admin_clients?,
+            tenants: tenants?,
             redis: redis?,
             rules: Rules {
                 key_ttl: key_ttl?,

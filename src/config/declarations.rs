@@ -27,6 +27,7 @@ use crate::domain::memory_guard::MemoryLimit;
 use crate::domain::percent::Percent;
 use crate::domain::pin::ScoreRatio;
 use crate::domain::rollout::{HoldoutShare, Mode};
+use crate::domain::tenant::TenantAllowlist;
 use crate::pki::AdminClients;
 use crate::{storage, telemetry};
 
@@ -54,6 +55,7 @@ settings! {
     TLS_KEY_FILE: PathBuf = About::new("tls_key_file", Unset(""), "PEM server key (PKCS#8, PKCS#1 RSA or SEC1 EC)"), parse_path;
     TLS_CLIENT_CA_FILE: PathBuf = About::new("tls_client_ca_file", Unset("no client certificates"), "PEM CA that signs client certificates: mTLS"), parse_path;
     ADMIN_CLIENTS: AdminClients = About::new("admin_clients", Unset("any authenticated client"), "with mTLS: the client identities allowed GetHabits\nand ForgetCustomer, comma-separated: a URI\n(spiffe://…) matches URI names, a bare name DNS names"), AdminClients::parse;
+    TENANTS: TenantAllowlist = About::new("tenants", Unset("any valid tenant id"), "the `x-tenant-id` values allowed besides the\ndefault tenant, comma-separated (case kept); any\nother is PERMISSION_DENIED"), TenantAllowlist::parse;
 }
 
 settings! {

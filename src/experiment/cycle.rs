@@ -1,5 +1,6 @@
 //! The experiment counts' background cycle: every [`TICK`], flush the
-//! tallies to Redis, one script call per (merchant, day), all at once; a
+//! tallies to Redis, one script call per (tenant, merchant, day), all at
+//! once; a
 //! last flush when the service stops.
 //!
 //! Its bound on "visible to a report within 2 s of the calls' answers": a
@@ -44,7 +45,7 @@ pub(super) async fn run(experiments: Arc<Experiments>, stop: CancellationToken) 
     }
 }
 
-/// Sends every tally, one script per (merchant, day), all at once.
+/// Sends every tally, one script per (tenant, merchant, day), all at once.
 pub(super) async fn flush(experiments: &Arc<Experiments>) {
     let dropped = experiments.tally.take_dropped();
     if dropped > 0 {
@@ -52,8 +53,8 @@ pub(super) async fn flush(experiments: &Arc<Experiments>) {
             .metrics
             .experiment_io_failures("overflow", dropped);
         experiments.log_failure(&format!(
-            "{dropped} experiment outcomes were not counted: more than {} merchants \
-             were counted within one tick",
+            "{dropped} experiment outcomes were not counted: more than {} (tenant, \
+             merchant)s were counted within one tick",
             super::tally::MAX_MERCHANTS
         ));
     }
@@ -63,16 +64,23 @@ pub(super) async fn flush(experiments: &Arc<Experiments>) {
     }
     let deadline = Instant::now() + STEP_DEADLINE;
     let mut flushes = JoinSet::new();
-    for (merchant, day, counts) in taken {
+    for (tenant, merchant, day, counts) in taken {
         let experiments = experiments.clone();
         flushes.spawn(async move {
             let result = experiments
                 .store
-                .flush_experiment(&merchant, day, &counts, experiments.retention, deadline)
+                .flush_experiment(
+                    &tenant,
+                    &merchant,
+                    day,
+                    &counts,
+                    experiments.retention,
+                    deadline,
+                )
                 .await;
             if let Err(error) = result {
                 if matches!(error, StorageError::Unavailable { .. }) {
-                    experiments.tally.put_back(&merchant, day, &counts);
+                    experiments.tally.put_back(&tenant, &merchant, day, &counts);
                 }
                 experiments.io_failed("flush", &error);
             }

@@ -1,12 +1,14 @@
 //! The experiment counts' engine (contract v1.2 §4): RecordOutcome counts
-//! each outcome of a payment GetPin named a connector for in its merchant's
-//! group (treated, holdout, shadow) and UTC day, and GetUplift reads them
-//! back as the uplift of treated over holdout.
+//! each outcome of a payment GetPin named a connector for in its (tenant,
+//! merchant)'s group (treated, holdout, shadow) and UTC day, and GetUplift
+//! reads them back, within the call's tenant, as the uplift of treated
+//! over holdout. Two tenants with the same merchant id never share a count
+//! (contract v1.2, "Tenants").
 //!
 //! Kept in two tiers, as the circuit breaker's counts are: tier 1 is this
 //! process's memory ([`tally`]), where RecordOutcome adds its outcome
-//! without a Redis round trip; tier 2 is Redis, one hash per merchant and
-//! UTC day (`sticky_exp_*`), where every instance's counts meet. One
+//! without a Redis round trip; tier 2 is Redis, one hash per (tenant,
+//! merchant) and UTC day (`sticky_exp_*`), where every instance's counts meet. One
 //! background task ([`cycle`]) moves the tallies into Redis every
 //! [`cycle::TICK`], and once more when the service stops.
 //!
@@ -25,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::domain::ids::MerchantId;
 use crate::domain::rollout::{Group, Split};
+use crate::domain::tenant::Tenant;
 use crate::domain::uplift::{GroupCounts, Uplift};
 use crate::storage::{ExperimentCounts, RedisStore, StorageError};
 use crate::telemetry::{LogThrottle, Metrics};
@@ -32,7 +35,7 @@ use tally::Tally;
 
 pub use crate::domain::uplift::{DEFAULT_DAYS, MAX_DAYS};
 
-/// Every merchant's experiment counts.
+/// Every (tenant, merchant)'s experiment counts.
 pub struct Experiments {
     store: RedisStore,
     /// The TTL of each day's hash, renewed by every flush.
@@ -66,18 +69,28 @@ impl Experiments {
     /// No Redis call: a hash, a lock, an add; the background cycle writes
     /// it within a tick. A treated or shadow outcome without a split is
     /// none [`crate::domain::rollout::cell`] makes, and is not counted.
-    pub fn count(&self, merchant: &MerchantId, group: Group, split: Option<Split>, success: bool) {
+    pub fn count(
+        &self,
+        tenant: &Tenant,
+        merchant: &MerchantId,
+        group: Group,
+        split: Option<Split>,
+        success: bool,
+    ) {
         let Some(field) = field_index(group, split, success) else {
             return;
         };
-        self.tally.add(merchant, days::today(), field);
+        self.tally.add(tenant, merchant, days::today(), field);
+        // No tenant in the labels (contract v1.2, "Tenants").
         self.metrics.experiment_outcome(group, success);
     }
 
-    /// The uplift of `merchant` over the last `days` UTC days, today
-    /// included, read from Redis (every instance's counts flushed so far).
+    /// The uplift of `tenant`'s `merchant` over the last `days` UTC days,
+    /// today included, read from Redis (every instance's counts flushed so
+    /// far).
     pub async fn uplift(
         &self,
+        tenant: &Tenant,
         merchant: &MerchantId,
         days: u32,
         deadline: Instant,
@@ -85,7 +98,7 @@ impl Experiments {
         let wanted = days::last_days(days, crate::process::unix_millis());
         let read = self
             .store
-            .read_experiment(merchant, &wanted, deadline)
+            .read_experiment(tenant, merchant, &wanted, deadline)
             .await
             .inspect_err(|error| self.io_failed("read", error))?;
         let mut sum = ExperimentCounts::default();
@@ -245,15 +258,16 @@ mod tests {
                 metrics.clone(),
             ));
             let m = MerchantId::parse("m_1").unwrap();
+            let d = &Tenant::DEFAULT;
             let deadline = || Instant::now() + Duration::from_secs(5);
             for _ in 0..3 {
-                engine.count(&m, Group::Treated, Some(Split::Followed), true);
+                engine.count(d, &m, Group::Treated, Some(Split::Followed), true);
             }
-            engine.count(&m, Group::Treated, Some(Split::Overridden), false);
-            engine.count(&m, Group::Holdout, None, true);
-            engine.count(&m, Group::Holdout, None, false);
+            engine.count(d, &m, Group::Treated, Some(Split::Overridden), false);
+            engine.count(d, &m, Group::Holdout, None, true);
+            engine.count(d, &m, Group::Holdout, None, false);
             engine.flush_now().await;
-            let uplift = engine.uplift(&m, 7, deadline()).await.unwrap();
+            let uplift = engine.uplift(d, &m, 7, deadline()).await.unwrap();
             let expected = GroupCounts {
                 outcomes: 4,
                 successes: 3,
@@ -264,8 +278,21 @@ mod tests {
             assert_eq!((uplift.holdout.outcomes, uplift.holdout.successes), (2, 1));
             assert_eq!(uplift.shadow, GroupCounts::default());
 
+            // Another tenant's merchant of the same id counts apart.
+            let acme = Tenant::parse("acme").unwrap();
+            engine.count(&acme, &m, Group::Holdout, None, true);
+            engine.count(&acme, &m, Group::Holdout, None, true);
+            engine.count(&acme, &m, Group::Treated, Some(Split::Followed), false);
+            engine.flush_now().await;
+            let theirs = engine.uplift(&acme, &m, 7, deadline()).await.unwrap();
+            assert_eq!((theirs.holdout.outcomes, theirs.holdout.successes), (2, 2));
+            assert_eq!((theirs.treated.outcomes, theirs.treated.successes), (1, 0));
+            let ours = engine.uplift(d, &m, 7, deadline()).await.unwrap();
+            assert_eq!(ours.treated, expected);
+            assert_eq!((ours.holdout.outcomes, ours.holdout.successes), (2, 1));
+
             redis_cli(redis.port, &["ACL", "SETUSER", SERVICE_USER, "-pexpire"]);
-            engine.count(&m, Group::Shadow, Some(Split::Overridden), true);
+            engine.count(d, &m, Group::Shadow, Some(Split::Overridden), true);
             engine.flush_now().await;
             let text = metrics.render();
             assert!(
@@ -274,7 +301,7 @@ mod tests {
             );
             redis_cli(redis.port, &["ACL", "SETUSER", SERVICE_USER, "+pexpire"]);
             engine.flush_now().await;
-            let uplift = engine.uplift(&m, 1, deadline()).await.unwrap();
+            let uplift = engine.uplift(d, &m, 1, deadline()).await.unwrap();
             assert_eq!(uplift.treated, expected);
             assert_eq!(
                 (uplift.shadow.outcomes, uplift.shadow.overridden),

@@ -1,13 +1,15 @@
 //! Tier 1's experiment counts: what RecordOutcome has counted since the
-//! last flush, per (merchant, UTC day, field), bounded.
+//! last flush, per (tenant, merchant, UTC day, field), bounded. Two
+//! tenants' merchants of one id are two merchants, with two counts.
 //!
-//! The map is sharded by the merchant's hash, so calls of different
-//! merchants rarely wait for one lock, and looked up by the merchant's
-//! text, so a merchant already counted this tick costs no allocation. Each
-//! flush takes (drains) everything: what is kept between two ticks is only
-//! what was counted in one, and at most [`MAX_MERCHANTS`] merchants; a
-//! merchant beyond that within one tick is not counted, and said so
-//! (`dropped`), which only a flood of distinct merchant ids can cause.
+//! The map is sharded by the (tenant, merchant)'s hash, so calls of
+//! different merchants rarely wait for one lock, and looked up by the
+//! tenant and the merchant's text, borrowed, so a merchant already counted
+//! this tick costs no allocation. Each flush takes (drains) everything:
+//! what is kept between two ticks is only what was counted in one, and at
+//! most [`MAX_MERCHANTS`] (tenant, merchant)s; one beyond that within one
+//! tick is not counted, and said so (`dropped`), which only a flood of
+//! distinct ids can cause.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -17,18 +19,32 @@ use std::sync::{Mutex, PoisonError};
 use foldhash::fast::RandomState;
 
 use crate::domain::ids::MerchantId;
+use crate::domain::tenant::Tenant;
 use crate::storage::ExperimentCounts;
 
 /// More shards than cores, so two calls rarely meet on one lock.
 const SHARDS: usize = 16;
-/// The most merchants counted within one tick, all shards together.
+/// The most (tenant, merchant)s counted within one tick, all shards
+/// together.
 pub(super) const MAX_MERCHANTS: usize = 65_536;
 
 /// One merchant's counts by day (usually one day; two around midnight).
 type Days = Vec<(u32, ExperimentCounts)>;
 
+/// One (tenant, merchant)'s counts of one day, as a flush takes them.
+pub(super) type Taken = (Tenant, MerchantId, u32, ExperimentCounts);
+
+/// One shard: by tenant, then merchant, so that both are looked up
+/// borrowed (a map keyed by the pair would need an owned pair to look up).
+#[derive(Default)]
+struct Shard {
+    by_tenant: HashMap<Tenant, HashMap<MerchantId, Days, RandomState>, RandomState>,
+    /// How many (tenant, merchant)s the shard holds.
+    len: usize,
+}
+
 pub(super) struct Tally {
-    shards: Box<[Mutex<HashMap<MerchantId, Days, RandomState>>]>,
+    shards: Box<[Mutex<Shard>]>,
     hasher: RandomState,
     per_shard: usize,
     /// Outcomes not counted because the map was full.
@@ -39,42 +55,62 @@ impl Tally {
     pub fn new(max_merchants: usize) -> Self {
         let shards = SHARDS.min(max_merchants).max(1);
         Self {
-            shards: (0..shards)
-                .map(|_| Mutex::new(HashMap::with_hasher(RandomState::default())))
-                .collect(),
+            shards: (0..shards).map(|_| Mutex::new(Shard::default())).collect(),
             hasher: RandomState::default(),
             per_shard: (max_merchants / shards).max(1),
             dropped: AtomicU64::new(0),
         }
     }
 
-    /// Counts one outcome of `merchant` on `day` in field `field` (an index
-    /// of `EXPERIMENT_FIELDS`).
-    pub fn add(&self, merchant: &MerchantId, day: u32, field: usize) {
+    /// Counts one outcome of `tenant`'s `merchant` on `day` in field
+    /// `field` (an index of `EXPERIMENT_FIELDS`).
+    pub fn add(&self, tenant: &Tenant, merchant: &MerchantId, day: u32, field: usize) {
         let mut one = ExperimentCounts::default();
         if let Some(count) = one.counts.get_mut(field) {
             *count = 1;
-            self.put_back(merchant, day, &one);
+            self.put_back(tenant, merchant, day, &one);
         }
     }
 
     /// Adds counts: one call's, or a flush's that certainly wrote nothing
-    /// (put back for the next). A merchant new to a full shard is dropped,
-    /// its counts counted as lost.
-    pub fn put_back(&self, merchant: &MerchantId, day: u32, back: &ExperimentCounts) {
-        let hash = self.hasher.hash_one(merchant.as_str());
+    /// (put back for the next). A (tenant, merchant) new to a full shard is
+    /// dropped, its counts counted as lost.
+    pub fn put_back(
+        &self,
+        tenant: &Tenant,
+        merchant: &MerchantId,
+        day: u32,
+        back: &ExperimentCounts,
+    ) {
+        let hash = self.hasher.hash_one((tenant.id(), merchant.as_str()));
         let shard = &self.shards[usize::try_from(hash % self.shards.len() as u64).unwrap_or(0)];
         let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-        if !shard.contains_key(merchant.as_str()) {
-            if shard.len() >= self.per_shard {
+        let known = shard
+            .by_tenant
+            .get(tenant)
+            .is_some_and(|merchants| merchants.contains_key(merchant.as_str()));
+        if !known {
+            if shard.len >= self.per_shard {
                 drop(shard);
                 let lost: u64 = back.counts.iter().sum();
                 self.dropped.fetch_add(lost, Ordering::Relaxed);
                 return;
             }
-            shard.insert(merchant.clone(), Days::new());
+            shard.len += 1;
+            // A tenant's first merchant in this shard: the one allocation
+            // of the tenant's id, once a tick at most.
+            if !shard.by_tenant.contains_key(tenant) {
+                shard.by_tenant.insert(tenant.clone(), HashMap::default());
+            }
+            if let Some(merchants) = shard.by_tenant.get_mut(tenant) {
+                merchants.insert(merchant.clone(), Days::new());
+            }
         }
-        let Some(days) = shard.get_mut(merchant.as_str()) else {
+        let Some(days) = shard
+            .by_tenant
+            .get_mut(tenant)
+            .and_then(|merchants| merchants.get_mut(merchant.as_str()))
+        else {
             return;
         };
         match days.iter_mut().find(|(d, _)| *d == day) {
@@ -83,18 +119,21 @@ impl Tally {
         }
     }
 
-    /// Takes every count since the last call: one entry per (merchant, day).
-    pub fn take(&self) -> Vec<(MerchantId, u32, ExperimentCounts)> {
+    /// Takes every count since the last call: one entry per (tenant,
+    /// merchant, day).
+    pub fn take(&self) -> Vec<Taken> {
         let mut taken = Vec::new();
         for shard in &*self.shards {
-            let drained: Vec<_> = shard
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .drain()
-                .collect();
-            for (merchant, days) in drained {
-                for (day, counts) in days {
-                    taken.push((merchant.clone(), day, counts));
+            let drained: Vec<_> = {
+                let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+                shard.len = 0;
+                shard.by_tenant.drain().collect()
+            };
+            for (tenant, merchants) in drained {
+                for (merchant, days) in merchants {
+                    for (day, counts) in days {
+                        taken.push((tenant.clone(), merchant.clone(), day, counts));
+                    }
                 }
             }
         }
@@ -112,6 +151,8 @@ impl Tally {
 mod tests {
     use super::*;
 
+    const D: Tenant = Tenant::DEFAULT;
+
     fn m(id: &str) -> MerchantId {
         MerchantId::parse(id).unwrap()
     }
@@ -119,13 +160,13 @@ mod tests {
     #[test]
     fn counts_are_taken_once_per_merchant_and_day() {
         let tally = Tally::new(100);
-        tally.add(&m("a"), 20261202, 0);
-        tally.add(&m("a"), 20261202, 0);
-        tally.add(&m("a"), 20261202, 5);
-        tally.add(&m("a"), 20261203, 9);
-        tally.add(&m("b"), 20261202, 4);
+        tally.add(&D, &m("a"), 20261202, 0);
+        tally.add(&D, &m("a"), 20261202, 0);
+        tally.add(&D, &m("a"), 20261202, 5);
+        tally.add(&D, &m("a"), 20261203, 9);
+        tally.add(&D, &m("b"), 20261202, 4);
         let mut taken = tally.take();
-        taken.sort_by(|x, y| (x.0.as_str(), x.1).cmp(&(y.0.as_str(), y.1)));
+        taken.sort_by(|x, y| (x.1.as_str(), x.2).cmp(&(y.1.as_str(), y.2)));
         let counts = |pairs: &[(usize, u64)]| {
             let mut c = ExperimentCounts::default();
             for &(at, n) in pairs {
@@ -136,33 +177,60 @@ mod tests {
         assert_eq!(
             taken,
             vec![
-                (m("a"), 20261202, counts(&[(0, 2), (5, 1)])),
-                (m("a"), 20261203, counts(&[(9, 1)])),
-                (m("b"), 20261202, counts(&[(4, 1)])),
+                (D, m("a"), 20261202, counts(&[(0, 2), (5, 1)])),
+                (D, m("a"), 20261203, counts(&[(9, 1)])),
+                (D, m("b"), 20261202, counts(&[(4, 1)])),
             ]
         );
         assert!(tally.take().is_empty(), "nothing is flushed twice");
-        tally.put_back(&m("a"), 20261202, &counts(&[(1, 3)]));
-        tally.add(&m("a"), 20261202, 1);
-        assert_eq!(tally.take(), vec![(m("a"), 20261202, counts(&[(1, 4)]))]);
+        tally.put_back(&D, &m("a"), 20261202, &counts(&[(1, 3)]));
+        tally.add(&D, &m("a"), 20261202, 1);
+        assert_eq!(tally.take(), vec![(D, m("a"), 20261202, counts(&[(1, 4)]))]);
         assert_eq!(tally.take_dropped(), 0);
+    }
+
+    #[test]
+    fn two_tenants_with_the_same_merchant_keep_their_own_counts() {
+        let tally = Tally::new(100);
+        let acme = Tenant::parse("acme").unwrap();
+        let acme_upper = Tenant::parse("Acme").unwrap();
+        tally.add(&D, &m("a"), 20261202, 0);
+        tally.add(&acme, &m("a"), 20261202, 0);
+        tally.add(&acme, &m("a"), 20261202, 0);
+        tally.add(&acme_upper, &m("a"), 20261202, 1);
+        let mut taken = tally.take();
+        taken.sort_by(|x, y| x.0.cmp(&y.0));
+        let one = |at: usize, n: u64| {
+            let mut c = ExperimentCounts::default();
+            c.counts[at] = n;
+            c
+        };
+        assert_eq!(
+            taken,
+            vec![
+                (D, m("a"), 20261202, one(0, 1)),
+                (acme_upper, m("a"), 20261202, one(1, 1)),
+                (acme, m("a"), 20261202, one(0, 2)),
+            ]
+        );
+        assert!(tally.take().is_empty());
     }
 
     #[test]
     fn at_most_max_merchants_within_a_tick_and_the_rest_is_said() {
         let tally = Tally::new(32);
         for i in 0..200 {
-            tally.add(&m(&format!("m{i}")), 1, 0);
+            tally.add(&D, &m(&format!("m{i}")), 1, 0);
         }
         let taken = tally.take();
         assert!(taken.len() <= 32, "{}", taken.len());
         assert_eq!(taken.len() as u64 + tally.take_dropped(), 200);
         // A merchant already counted is counted whatever the bound.
         let tally = Tally::new(1);
-        tally.add(&m("a"), 1, 0);
-        tally.add(&m("b"), 1, 0);
-        tally.add(&m("a"), 1, 0);
-        assert_eq!(tally.take()[0].2.counts[0], 2);
+        tally.add(&D, &m("a"), 1, 0);
+        tally.add(&D, &m("b"), 1, 0);
+        tally.add(&D, &m("a"), 1, 0);
+        assert_eq!(tally.take()[0].3.counts[0], 2);
         assert_eq!(tally.take_dropped(), 1);
     }
 
@@ -175,7 +243,7 @@ mod tests {
                 let tally = tally.clone();
                 std::thread::spawn(move || {
                     for i in 0..10_000 {
-                        tally.add(&m(&format!("m{}", i % 7)), 20261202, (t + i) % 10);
+                        tally.add(&D, &m(&format!("m{}", i % 7)), 20261202, (t + i) % 10);
                     }
                 })
             })
@@ -186,7 +254,7 @@ mod tests {
         let total: u64 = tally
             .take()
             .iter()
-            .map(|(_, _, c)| c.counts.iter().sum::<u64>())
+            .map(|(_, _, _, c)| c.counts.iter().sum::<u64>())
             .sum();
         assert_eq!(total, 40_000);
     }

@@ -7,10 +7,14 @@ use crate::domain::attempts::AttemptId;
 use crate::domain::combo::Combo;
 use crate::domain::counts::Outcome;
 use crate::domain::ids::{Connector, CustomerId, MerchantId, PaymentMethod, PaymentMethodType};
+use crate::domain::tenant::Tenant;
 
 /// A validated RecordOutcome.
 #[derive(Debug, Clone)]
 pub struct RecordCommand {
+    /// The call's tenant (the default one unless [`Self::in_tenant`] says
+    /// otherwise): its keys live in that tenant's namespace.
+    pub tenant: Tenant,
     pub merchant: MerchantId,
     pub customer: CustomerId,
     pub combo: Combo,
@@ -68,6 +72,7 @@ impl RecordCommand {
             named => Some(Connector::parse_as(named, "pin_connector")?),
         };
         Ok(Self {
+            tenant: Tenant::DEFAULT,
             merchant,
             customer,
             combo,
@@ -76,5 +81,12 @@ impl RecordCommand {
             attempt,
             pin_connector,
         })
+    }
+}
+
+impl RecordCommand {
+    /// The same outcome, for `tenant`.
+    pub fn in_tenant(self, tenant: Tenant) -> Self {
+        Self { tenant, ..self }
     }
 }

@@ -40,7 +40,7 @@ pub async fn record_outcome(
     command: &RecordCommand,
     deadline: Instant,
 ) -> Result<Recorded, StorageError> {
-    let key = keys::customer_key(&command.merchant, &command.customer);
+    let key = keys::customer_key(&command.tenant, &command.merchant, &command.customer);
     let write = Write::new(command, &key, rules);
     let mut plan = Plan::start(command.outcome, Admission::Required);
     loop {
@@ -51,7 +51,7 @@ pub async fn record_outcome(
             }
             Step::MemoryGuard => plan.guarded(store.memory_guard_refuses(&key)),
             Step::Budget => {
-                let admission_key = keys::admission_key(&command.merchant);
+                let admission_key = keys::admission_key(&command.tenant, &command.merchant);
                 let request = plan::admission_request(
                     rules,
                     &command.merchant,

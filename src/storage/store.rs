@@ -33,6 +33,7 @@ use crate::domain::attempts;
 use crate::domain::ids::{CustomerId, MerchantId};
 use crate::domain::keys::{self, CustomerKey};
 use crate::domain::memory_guard::{GuardReading, MemoryLimit};
+use crate::domain::tenant::Tenant;
 use crate::telemetry::{Metrics, RedisCommand};
 
 pub use breaker::{
@@ -183,11 +184,12 @@ impl RedisStore {
     /// trip, no state change.
     pub async fn read_combos(
         &self,
+        tenant: &Tenant,
         merchant: &MerchantId,
         customer: &CustomerId,
         deadline: Instant,
     ) -> Result<Vec<(String, i64)>, StorageError> {
-        let key = keys::customer_key(merchant, customer);
+        let key = keys::customer_key(tenant, merchant, customer);
         let key = key.as_str();
         self.exec
             .on_key(
@@ -204,11 +206,12 @@ impl RedisStore {
     /// absent). Both commands go out together on one connection.
     pub async fn read_habits(
         &self,
+        tenant: &Tenant,
         merchant: &MerchantId,
         customer: &CustomerId,
         deadline: Instant,
     ) -> Result<(Vec<(String, i64)>, i64), StorageError> {
-        let key = keys::customer_key(merchant, customer);
+        let key = keys::customer_key(tenant, merchant, customer);
         let key = key.as_str();
         let (fields, ttl) = self
             .exec
@@ -232,12 +235,13 @@ impl RedisStore {
     /// a read's would be: retrying is always safe.
     pub async fn forget(
         &self,
+        tenant: &Tenant,
         merchant: &MerchantId,
         customer: &CustomerId,
         deadline: Instant,
     ) -> Result<bool, StorageError> {
         self.exec.check_fence()?;
-        let key = keys::customer_key(merchant, customer);
+        let key = keys::customer_key(tenant, merchant, customer);
         let key = key.as_str();
         let deleted: i64 = self
             .exec

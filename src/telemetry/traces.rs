@@ -25,6 +25,8 @@ use opentelemetry_sdk::trace::{
 };
 use tonic::metadata::MetadataMap;
 use tracing::Span;
+
+use crate::domain::tenant::Tenant;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::settings::{ParentlessChoice, SamplerChoice, TraceSettings};
@@ -123,6 +125,7 @@ pub fn rpc_span(rpc: &'static str, metadata: &MetadataMap) -> Span {
         sticky_routing.result = tracing::field::Empty,
         sticky_routing.admission_refusal = tracing::field::Empty,
         sticky_routing.merchant_id = tracing::field::Empty,
+        sticky_routing.tenant_id = tracing::field::Empty,
     );
     if !span.is_disabled() {
         let parent = TraceContextPropagator::new().extract(&Metadata(metadata));
@@ -143,6 +146,15 @@ pub fn record_code(span: &Span, code: tonic::Code) {
     span.record("sticky_routing.code", super::canonical_name(code));
     if super::is_server_failure(code) {
         span.record("otel.status_code", "error");
+    }
+}
+
+/// Names the call's tenant on its span, when it is not the default one.
+pub fn record_tenant(span: &Span, tenant: &Tenant) {
+    if let Some(id) = tenant.id()
+        && !span.is_disabled()
+    {
+        span.record("sticky_routing.tenant_id", id);
     }
 }
 

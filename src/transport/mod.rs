@@ -13,6 +13,7 @@ pub mod health;
 pub mod server;
 mod service;
 mod status;
+mod tenant;
 pub mod tls;
 
 pub use service::StickyRoutingService;

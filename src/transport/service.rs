@@ -19,12 +19,14 @@ use super::deadline::deadline_of;
 use super::pb;
 use super::pb::sticky_routing_server::StickyRouting;
 use super::status::ApiError;
+use super::tenant::call_tenant;
 use crate::breaker::Breakers;
 use crate::domain::Rules;
 use crate::domain::counts::{Outcome, Recorded};
 use crate::domain::habits::ordered_habits;
 use crate::domain::pin::{PinChoice, choose_pin, choose_pin_with};
 use crate::domain::rollout::{self, Group, Mode, PinAnswer, PinReason, Rollout, Split};
+use crate::domain::tenant::{Tenant, TenantAllowlist};
 use crate::experiment::Experiments;
 use crate::pki::{AdminClients, ClientIdentity};
 use crate::record::{RecordCommand, record_outcome};
@@ -45,6 +47,8 @@ pub struct StickyRoutingService {
     call_ceiling: Duration,
     /// Who may call the admin RPCs.
     admin: AdminClients,
+    /// The tenants a call may name besides the default.
+    tenants: TenantAllowlist,
     /// The connector circuit breakers; `None` when
     /// `STICKY_ROUTING_BREAKER=off`: GetPin as in v1.1, nothing counted,
     /// and the breaker's admin RPCs answer `FAILED_PRECONDITION`.
@@ -65,6 +69,7 @@ impl StickyRoutingService {
         rules: Arc<Rules>,
         call_ceiling: Duration,
         admin: AdminClients,
+        tenants: TenantAllowlist,
         breakers: Option<Arc<Breakers>>,
         experiments: Arc<Experiments>,
     ) -> Self {
@@ -75,6 +80,7 @@ impl StickyRoutingService {
             rules,
             call_ceiling,
             admin,
+            tenants,
             breakers,
             experiments,
         }
@@ -85,7 +91,8 @@ impl StickyRoutingService {
     fn count_for_experiment(&self, cmd: &RecordCommand, recorded: &Recorded) {
         if let Some((group, split)) = experiment_cell(&self.rules.rollout, cmd, recorded) {
             let success = cmd.outcome == Outcome::Success;
-            self.experiments.count(&cmd.merchant, group, split, success);
+            self.experiments
+                .count(&cmd.tenant, &cmd.merchant, group, split, success);
         }
     }
 
@@ -95,7 +102,7 @@ impl StickyRoutingService {
         if let Some(breakers) = &self.breakers
             && let Some(failed) = breaker_count(cmd, recorded)
         {
-            breakers.count(&cmd.merchant, &cmd.connector, failed);
+            breakers.count(&cmd.tenant, &cmd.merchant, &cmd.connector, failed);
         }
     }
 
@@ -114,10 +121,11 @@ impl StickyRoutingService {
         self.admin.permit(identity)
     }
 
-    /// Runs one handler body with the request, its deadline and its span,
-    /// and records the latency. Whatever the store does, the answer leaves
-    /// by the deadline. The span is disabled (and costs one check) unless
-    /// traces are exported.
+    /// Runs one handler body with the request, its tenant, its deadline and
+    /// its span, and records the latency. A call whose tenant is refused
+    /// never reaches the body, so it reads and writes nothing. Whatever the
+    /// store does, the answer leaves by the deadline. The span is disabled
+    /// (and costs one check) unless traces are exported.
     async fn handle<R, T, F, Fut>(
         &self,
         method: &'static str,
@@ -125,23 +133,30 @@ impl StickyRoutingService {
         body: F,
     ) -> Result<Response<T>, Status>
     where
-        F: FnOnce(R, Instant, Span) -> Fut,
+        F: FnOnce(R, Tenant, Instant, Span) -> Fut,
         Fut: Future<Output = Result<T, ApiError>>,
     {
         let started = Instant::now();
         let (metadata, _, message) = request.into_parts();
         let deadline = deadline_of(&metadata, self.call_ceiling);
         let span = traces::rpc_span(method, &metadata);
-        // Instrumented only when traced: wrapping moves the body's future,
-        // a copy every call would pay for nothing.
-        let deadline_at = deadline.into();
-        let finished = if span.is_disabled() {
-            tokio::time::timeout_at(deadline_at, body(message, deadline, span.clone())).await
-        } else {
-            let work = body(message, deadline, span.clone()).instrument(span.clone());
-            tokio::time::timeout_at(deadline_at, work).await
+        let result = match call_tenant(&metadata, &self.tenants) {
+            Ok(tenant) => {
+                traces::record_tenant(&span, &tenant);
+                // Instrumented only when traced: wrapping moves the body's
+                // future, a copy every call would pay for nothing.
+                let deadline_at = deadline.into();
+                let finished = if span.is_disabled() {
+                    let work = body(message, tenant, deadline, span.clone());
+                    tokio::time::timeout_at(deadline_at, work).await
+                } else {
+                    let work = body(message, tenant, deadline, span.clone());
+                    tokio::time::timeout_at(deadline_at, work.instrument(span.clone())).await
+                };
+                finished.unwrap_or(Err(ApiError::Storage(StorageError::DeadlineExceeded)))
+            }
+            Err(refused) => Err(refused),
         };
-        let result = finished.unwrap_or(Err(ApiError::Storage(StorageError::DeadlineExceeded)));
         if let Err(ApiError::Storage(error)) = &result {
             self.log_failure(method, error, &span, &metadata);
         }
@@ -241,7 +256,7 @@ fn failure(error: &ApiError) -> CallFailure {
     match error {
         ApiError::Invalid(_) => CallFailure::Invalid,
         ApiError::Storage(_) => CallFailure::Error,
-        ApiError::NotAdmin(_) => CallFailure::Denied,
+        ApiError::NotAdmin(_) | ApiError::TenantNotAllowed(_) => CallFailure::Denied,
         // Only the breaker's admin RPCs answer it, and they count no pin
         // or write; the caller asked for what this server does not run.
         ApiError::BreakerOff(_) => CallFailure::Invalid,
@@ -254,41 +269,45 @@ impl StickyRouting for StickyRoutingService {
         &self,
         request: Request<pb::RecordOutcomeRequest>,
     ) -> Result<Response<pb::RecordOutcomeResponse>, Status> {
-        self.handle("RecordOutcome", request, |req, deadline, span| async move {
-            let result = async {
-                let cmd = convert::record_command(&req)?;
-                traces::record_merchant(&span, cmd.merchant.as_str());
-                // Boxed: the store's futures hold fred's command futures
-                // and run to kilobytes; inline, async_trait's boxing of this
-                // handler would copy them whole on every call (bench/README.md
-                // counts the copy).
-                // A refusal is not logged: it is routine (a spent budget),
-                // and the metric and the span say which it was.
-                let recorded =
-                    Box::pin(record_outcome(&self.store, &self.rules, &cmd, deadline)).await?;
-                self.count_for_breaker(&cmd, &recorded);
-                self.count_for_experiment(&cmd, &recorded);
-                Ok(recorded)
-            }
-            .await;
-            let outcome = match &result {
-                Ok(Recorded::Applied { pruned, .. }) => {
-                    self.metrics.pruned(*pruned);
-                    WriteOutcome::Applied
+        self.handle(
+            "RecordOutcome",
+            request,
+            |req, tenant, deadline, span| async move {
+                let result = async {
+                    let cmd = convert::record_command(&req)?.in_tenant(tenant);
+                    traces::record_merchant(&span, cmd.merchant.as_str());
+                    // Boxed: the store's futures hold fred's command futures
+                    // and run to kilobytes; inline, async_trait's boxing of this
+                    // handler would copy them whole on every call (bench/README.md
+                    // counts the copy).
+                    // A refusal is not logged: it is routine (a spent budget),
+                    // and the metric and the span say which it was.
+                    let recorded =
+                        Box::pin(record_outcome(&self.store, &self.rules, &cmd, deadline)).await?;
+                    self.count_for_breaker(&cmd, &recorded);
+                    self.count_for_experiment(&cmd, &recorded);
+                    Ok(recorded)
                 }
-                Ok(Recorded::IgnoredNoHabit) => WriteOutcome::NoHabit,
-                Ok(Recorded::NotAdmitted(why)) => {
-                    self.metrics.admission_refused(*why);
-                    traces::record_admission_refusal(&span, admission_refusal_label(*why));
-                    WriteOutcome::NotAdmitted
-                }
-                Ok(Recorded::Duplicate { .. }) => WriteOutcome::Duplicate,
-                Err(error) => WriteOutcome::Failed(failure(error)),
-            };
-            self.metrics.write(outcome);
-            traces::record_result(&span, outcome.label());
-            result.map(convert::record_response)
-        })
+                .await;
+                let outcome = match &result {
+                    Ok(Recorded::Applied { pruned, .. }) => {
+                        self.metrics.pruned(*pruned);
+                        WriteOutcome::Applied
+                    }
+                    Ok(Recorded::IgnoredNoHabit) => WriteOutcome::NoHabit,
+                    Ok(Recorded::NotAdmitted(why)) => {
+                        self.metrics.admission_refused(*why);
+                        traces::record_admission_refusal(&span, admission_refusal_label(*why));
+                        WriteOutcome::NotAdmitted
+                    }
+                    Ok(Recorded::Duplicate { .. }) => WriteOutcome::Duplicate,
+                    Err(error) => WriteOutcome::Failed(failure(error)),
+                };
+                self.metrics.write(outcome);
+                traces::record_result(&span, outcome.label());
+                result.map(convert::record_response)
+            },
+        )
         .await
     }
 
@@ -296,52 +315,62 @@ impl StickyRouting for StickyRoutingService {
         &self,
         request: Request<pb::GetPinRequest>,
     ) -> Result<Response<pb::GetPinResponse>, Status> {
-        self.handle("GetPin", request, |req, deadline, span| async move {
-            let result = async {
-                let (merchant, customer, query) =
-                    convert::pin_query(&req, self.rules.min_pin_count, self.rules.min_score_ratio)?;
-                traces::record_merchant(&span, merchant.as_str());
-                let rollout = &self.rules.rollout;
-                let mode = rollout.mode_of(&merchant);
-                // Off reads nothing (contract v1.2 §4): no Redis, no breaker.
-                if mode == Mode::Off {
-                    return Ok((None, rollout::answer(mode, false, None)));
-                }
-                // Boxed, as in record_outcome: see there.
-                let fields =
-                    Box::pin(self.store.read_combos(&merchant, &customer, deadline)).await?;
-                // The breakers' states are in memory (the engine keeps them
-                // in step with Redis in the background): GetPin stays one
-                // Redis round trip.
-                let choice = match &self.breakers {
-                    Some(breakers) => {
-                        choose_pin_with(&fields, &query, breakers.veto_for(&merchant))
+        self.handle(
+            "GetPin",
+            request,
+            |req, tenant, deadline, span| async move {
+                let result = async {
+                    let (merchant, customer, query) = convert::pin_query(
+                        &req,
+                        self.rules.min_pin_count,
+                        self.rules.min_score_ratio,
+                    )?;
+                    traces::record_merchant(&span, merchant.as_str());
+                    let rollout = &self.rules.rollout;
+                    let mode = rollout.mode_of(&merchant);
+                    // Off reads nothing (contract v1.2 §4): no Redis, no breaker.
+                    if mode == Mode::Off {
+                        return Ok((None, rollout::answer(mode, false, None)));
                     }
-                    None => choose_pin(&fields, &query),
-                };
-                // The holdout applies in mode on only, and a share of 0
-                // (the default) hashes nothing.
-                let held_out = mode == Mode::On
-                    && rollout::in_holdout(
-                        &rollout.salt,
-                        &merchant,
-                        &customer,
-                        rollout.holdout_of(&merchant),
-                    );
-                let answer = rollout::answer(mode, held_out, Some(&choice));
-                Ok((Some(choice), answer))
-            }
-            .await;
-            if let Ok((Some(choice), _)) = &result {
-                for (_, reason) in &choice.vetoes {
-                    self.metrics.breaker_veto(*reason);
+                    // Boxed, as in record_outcome: see there.
+                    let fields = Box::pin(
+                        self.store
+                            .read_combos(&tenant, &merchant, &customer, deadline),
+                    )
+                    .await?;
+                    // The breakers' states are in memory (the engine keeps them
+                    // in step with Redis in the background): GetPin stays one
+                    // Redis round trip.
+                    let choice = match &self.breakers {
+                        Some(breakers) => {
+                            choose_pin_with(&fields, &query, breakers.veto_for(&tenant, &merchant))
+                        }
+                        None => choose_pin(&fields, &query),
+                    };
+                    // The holdout applies in mode on only, and a share of 0
+                    // (the default) hashes nothing.
+                    let held_out = mode == Mode::On
+                        && rollout::in_holdout(
+                            &rollout.salt,
+                            &merchant,
+                            &customer,
+                            rollout.holdout_of(&merchant),
+                        );
+                    let answer = rollout::answer(mode, held_out, Some(&choice));
+                    Ok((Some(choice), answer))
                 }
-            }
-            let outcome = pin_outcome(&result);
-            self.metrics.pin(outcome);
-            traces::record_result(&span, outcome.label());
-            result.map(|(choice, answer)| convert::pin_response(choice, answer))
-        })
+                .await;
+                if let Ok((Some(choice), _)) = &result {
+                    for (_, reason) in &choice.vetoes {
+                        self.metrics.breaker_veto(*reason);
+                    }
+                }
+                let outcome = pin_outcome(&result);
+                self.metrics.pin(outcome);
+                traces::record_result(&span, outcome.label());
+                result.map(|(choice, answer)| convert::pin_response(choice, answer))
+            },
+        )
         .await
     }
 
@@ -350,18 +379,23 @@ impl StickyRouting for StickyRoutingService {
         request: Request<pb::GetHabitsRequest>,
     ) -> Result<Response<pb::GetHabitsResponse>, Status> {
         let permitted = self.admin_permitted(&request);
-        self.handle("GetHabits", request, |req, deadline, span| async move {
-            if !permitted {
-                return Err(ApiError::NotAdmin("GetHabits"));
-            }
-            let (merchant, customer) = convert::customer_ref(&req.merchant_id, &req.customer_id)?;
-            traces::record_merchant(&span, merchant.as_str());
-            let (fields, ttl) = self
-                .store
-                .read_habits(&merchant, &customer, deadline)
-                .await?;
-            Ok(convert::habits_response(ordered_habits(&fields), ttl))
-        })
+        self.handle(
+            "GetHabits",
+            request,
+            |req, tenant, deadline, span| async move {
+                if !permitted {
+                    return Err(ApiError::NotAdmin("GetHabits"));
+                }
+                let (merchant, customer) =
+                    convert::customer_ref(&req.merchant_id, &req.customer_id)?;
+                traces::record_merchant(&span, merchant.as_str());
+                let (fields, ttl) = self
+                    .store
+                    .read_habits(&tenant, &merchant, &customer, deadline)
+                    .await?;
+                Ok(convert::habits_response(ordered_habits(&fields), ttl))
+            },
+        )
         .await
     }
 
@@ -375,16 +409,20 @@ impl StickyRouting for StickyRoutingService {
         self.handle(
             "ForgetCustomer",
             request,
-            |req, deadline, span| async move {
+            |req, tenant, deadline, span| async move {
                 if !permitted {
                     return Err(ApiError::NotAdmin("ForgetCustomer"));
                 }
                 let (merchant, customer) =
                     convert::customer_ref(&req.merchant_id, &req.customer_id)?;
                 traces::record_merchant(&span, merchant.as_str());
-                let existed = self.store.forget(&merchant, &customer, deadline).await?;
+                let existed = self
+                    .store
+                    .forget(&tenant, &merchant, &customer, deadline)
+                    .await?;
                 let ids = CallIds::of(&span, &metadata);
                 tracing::info!(
+                    tenant = %tenant,
                     merchant = merchant.as_str(),
                     existed,
                     trace_id = ids.trace_id.as_deref(),
@@ -404,14 +442,14 @@ impl StickyRouting for StickyRoutingService {
     ) -> Result<Response<pb::GetConnectorHealthResponse>, Status> {
         const RPC: &str = "GetConnectorHealth";
         let permitted = self.admin_permitted(&request);
-        self.handle(RPC, request, |req, deadline, span| async move {
+        self.handle(RPC, request, |req, tenant, deadline, span| async move {
             if !permitted {
                 return Err(ApiError::NotAdmin(RPC));
             }
             let breakers = self.breakers_for(RPC)?;
             let merchant = convert::connector_health_request(&req)?;
             traces::record_merchant(&span, merchant.as_str());
-            let rows = breakers.health(&merchant, deadline).await?;
+            let rows = breakers.health(&tenant, &merchant, deadline).await?;
             Ok(convert::connector_health_response(rows))
         })
         .await
@@ -425,7 +463,7 @@ impl StickyRouting for StickyRoutingService {
         let permitted = self.admin_permitted(&request);
         // For the line it logs; an admin call is rare enough to copy them.
         let metadata = request.metadata().clone();
-        self.handle(RPC, request, |req, deadline, span| async move {
+        self.handle(RPC, request, |req, tenant, deadline, span| async move {
             if !permitted {
                 return Err(ApiError::NotAdmin(RPC));
             }
@@ -433,11 +471,12 @@ impl StickyRouting for StickyRoutingService {
             let (merchant, connector, over) = convert::connector_override(&req)?;
             traces::record_merchant(&span, merchant.as_str());
             breakers
-                .set_override(&merchant, &connector, over, deadline)
+                .set_override(&tenant, &merchant, &connector, over, deadline)
                 .await?;
             // An operator steering routing: worth a line, with who asked.
             let ids = CallIds::of(&span, &metadata);
             tracing::info!(
+                tenant = %tenant,
                 merchant = merchant.as_str(),
                 connector = connector.as_str(),
                 kind = over.map_or("none", |(kind, _)| kind.label()),
@@ -458,13 +497,16 @@ impl StickyRouting for StickyRoutingService {
     ) -> Result<Response<pb::GetUpliftResponse>, Status> {
         const RPC: &str = "GetUplift";
         let permitted = self.admin_permitted(&request);
-        self.handle(RPC, request, |req, deadline, span| async move {
+        self.handle(RPC, request, |req, tenant, deadline, span| async move {
             if !permitted {
                 return Err(ApiError::NotAdmin(RPC));
             }
             let (merchant, days) = convert::uplift_request(&req)?;
             traces::record_merchant(&span, merchant.as_str());
-            let uplift = self.experiments.uplift(&merchant, days, deadline).await?;
+            let uplift = self
+                .experiments
+                .uplift(&tenant, &merchant, days, deadline)
+                .await?;
             Ok(convert::uplift_response(&uplift))
         })
         .await

@@ -9,6 +9,7 @@
 use tonic::Status;
 
 use crate::domain::InvalidInput;
+use crate::domain::tenant::{TENANT_HEADER, Tenant};
 use crate::storage::{NoAnswer, NotApplied, StorageError};
 
 /// Everything a handler can fail with.
@@ -28,6 +29,9 @@ pub enum ApiError {
         "{0} needs the connector circuit breaker, which STICKY_ROUTING_BREAKER=off turns off on this server"
     )]
     BreakerOff(&'static str),
+    /// A valid tenant that `STICKY_ROUTING_TENANTS` does not list.
+    #[error("{TENANT_HEADER}: tenant `{0}` is not among this server's STICKY_ROUTING_TENANTS")]
+    TenantNotAllowed(Tenant),
 }
 
 impl From<ApiError> for Status {
@@ -39,6 +43,7 @@ impl From<ApiError> for Status {
                 "{not_admin}; this client's certificate names none of them"
             )),
             off @ ApiError::BreakerOff(_) => Status::failed_precondition(off.to_string()),
+            denied @ ApiError::TenantNotAllowed(_) => Status::permission_denied(denied.to_string()),
         }
     }
 }

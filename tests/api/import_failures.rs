@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use rstest::rstest;
 use sticky_routing::domain::ids::{CustomerId, MerchantId};
 use sticky_routing::domain::keys::customer_key;
+use sticky_routing::domain::tenant::Tenant;
 use tokio::process::Child;
 use tokio::task::JoinHandle;
 
@@ -92,6 +93,7 @@ fn replay_safe(
 
 fn key_of(merchant: &str, customer: &str) -> String {
     customer_key(
+        &Tenant::DEFAULT,
         &MerchantId::parse(merchant).unwrap(),
         &CustomerId::parse(customer).unwrap(),
     )

@@ -13,6 +13,7 @@ use crate::domain::attempts::is_bookkeeping;
 use crate::domain::combo::{Combo, split_field};
 use crate::domain::ids::{Connector, CustomerId, MerchantId, PaymentMethod, PaymentMethodType};
 use crate::domain::keys::parse_customer_key;
+use crate::domain::tenant::Tenant;
 
 /// One habit of one customer: a success row whose count is the net count.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,8 +28,9 @@ pub struct Habit {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decoded {
     /// A customer's habits in bytewise field order, and how many of its
-    /// fields were unreadable.
+    /// fields were unreadable; the tenant whose namespace the key is in.
     Customer {
+        tenant: Tenant,
         merchant: MerchantId,
         customer: CustomerId,
         habits: Vec<Habit>,
@@ -40,7 +42,8 @@ pub enum Decoded {
 
 /// Decodes the key and every field of one hash.
 pub fn decode_hash(key: &[u8], fields: &[(Vec<u8>, Vec<u8>)]) -> Decoded {
-    let Some((merchant, customer)) = std::str::from_utf8(key).ok().and_then(parse_customer_key)
+    let Some((tenant, merchant, customer)) =
+        std::str::from_utf8(key).ok().and_then(parse_customer_key)
     else {
         return Decoded::UnreadableKey;
     };
@@ -62,6 +65,7 @@ pub fn decode_hash(key: &[u8], fields: &[(Vec<u8>, Vec<u8>)]) -> Decoded {
         }
     }
     Decoded::Customer {
+        tenant,
         merchant,
         customer,
         habits,
@@ -104,7 +108,12 @@ mod tests {
     use crate::domain::keys::customer_key;
 
     fn key(merchant: &str, customer: &str) -> Vec<u8> {
+        key_in(&Tenant::DEFAULT, merchant, customer)
+    }
+
+    fn key_in(tenant: &Tenant, merchant: &str, customer: &str) -> Vec<u8> {
         customer_key(
+            tenant,
             &MerchantId::parse(merchant).unwrap(),
             &CustomerId::parse(customer).unwrap(),
         )
@@ -139,6 +148,7 @@ mod tests {
             ]),
         );
         let Decoded::Customer {
+            tenant,
             merchant,
             customer,
             habits,
@@ -147,6 +157,7 @@ mod tests {
         else {
             panic!("a customer key: {decoded:?}");
         };
+        assert!(tenant.is_default());
         assert_eq!((merchant.as_str(), customer.as_str()), ("m_1", "c{1}"));
         assert_eq!(
             habits,
@@ -196,6 +207,25 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_tenants_key_gives_its_tenant() {
+        for id in ["acme", "Acme", "a_b-1"] {
+            let tenant = Tenant::parse(id).unwrap();
+            let decoded = decode_hash(&key_in(&tenant, "m_1", "c_1"), &[]);
+            let Decoded::Customer {
+                tenant: read,
+                merchant,
+                customer,
+                ..
+            } = decoded
+            else {
+                panic!("a customer key: {decoded:?}");
+            };
+            assert_eq!(read, tenant);
+            assert_eq!((merchant.as_str(), customer.as_str()), ("m_1", "c_1"));
+        }
     }
 
     #[test]

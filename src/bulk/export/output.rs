@@ -3,7 +3,9 @@
 //! CSV: the header `merchant_id,customer_id,payment_method,
 //! payment_method_type,connector,outcome,count`, then the rows of each
 //! habit, quoted by the `csv` crate wherever a value needs it. JSON lines:
-//! one object per row with the same names, `count` a JSON integer. Every
+//! one object per row with the same names, `count` a JSON integer. An
+//! export of every tenant puts a `tenant_id` column first (the empty
+//! string for the default tenant), in the header and in every row. Every
 //! row's outcome is `success`, and a habit's rows add up to its net count:
 //! importing them is that many successes.
 //!
@@ -26,11 +28,14 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::decode::Habit;
-use crate::bulk::{COLUMNS, COUNT_COLUMN, Format, MAX_COUNT};
+use crate::bulk::{COLUMNS, COUNT_COLUMN, Format, MAX_COUNT, TENANT_COLUMN};
 
 /// One exported habit.
 #[derive(Debug, Serialize)]
 pub struct Row<'a> {
+    /// Only in an export of every tenant: the same for every row of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant_id: Option<&'a str>,
     pub merchant_id: &'a str,
     pub customer_id: &'a str,
     pub payment_method: &'a str,
@@ -44,11 +49,13 @@ impl<'a> Row<'a> {
     /// The success rows of one habit: their counts add up to its count,
     /// and each is one import takes.
     pub fn successes(
+        tenant_id: Option<&'a str>,
         merchant_id: &'a str,
         customer_id: &'a str,
         habit: &'a Habit,
     ) -> impl Iterator<Item = Self> + 'a {
         row_counts(habit.count).map(move |count| Self {
+            tenant_id,
             merchant_id,
             customer_id,
             payment_method: &habit.payment_method,
@@ -88,8 +95,10 @@ enum Sink {
 const BUFFER_BYTES: usize = 256 * 1024;
 
 impl RowWriter {
-    /// Opens stdout (`None`) or `path`, and writes the CSV header.
-    pub fn open(path: Option<&Path>, format: Format) -> io::Result<Self> {
+    /// Opens stdout (`None`) or `path`, and writes the CSV header, with
+    /// the `tenant_id` column first when `with_tenant` (every row must then
+    /// have a `tenant_id`, and no row may have one otherwise).
+    pub fn open(path: Option<&Path>, format: Format, with_tenant: bool) -> io::Result<Self> {
         let (out, file): (Box<dyn Write + Send>, _) = match path {
             None => (Box::new(io::stdout()), None),
             // A device or a pipe (`/dev/stdout`, a FIFO) cannot be renamed
@@ -109,7 +118,8 @@ impl RowWriter {
                 let mut csv = csv::WriterBuilder::new()
                     .has_headers(false)
                     .from_writer(out);
-                csv.write_record(COLUMNS.iter().chain([&COUNT_COLUMN]))
+                let tenant = with_tenant.then_some(&TENANT_COLUMN);
+                csv.write_record(tenant.into_iter().chain(&COLUMNS).chain([&COUNT_COLUMN]))
                     .map_err(io::Error::other)?;
                 Sink::Csv(Box::new(csv))
             }
@@ -154,6 +164,57 @@ impl RowWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn habit() -> Habit {
+        Habit {
+            payment_method: "INTERAC".into(),
+            payment_method_type: "RTP".into(),
+            connector: "GIGADAT".into(),
+            count: 2,
+        }
+    }
+
+    /// What `rows` of `habit()` write in `format`, with the tenant column
+    /// when `tenant` is given.
+    fn written(format: Format, tenant: Option<&str>) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out");
+        let mut writer = RowWriter::open(Some(&path), format, tenant.is_some()).unwrap();
+        let habit = habit();
+        for row in Row::successes(tenant, "m1", "c,1", &habit) {
+            writer.write(&row).unwrap();
+        }
+        writer.finish().unwrap();
+        std::fs::read_to_string(&path).unwrap()
+    }
+
+    #[test]
+    fn the_tenant_column_comes_first_only_when_asked_for() {
+        assert_eq!(
+            written(Format::Csv, None),
+            "merchant_id,customer_id,payment_method,payment_method_type,connector,outcome,count\n\
+             m1,\"c,1\",INTERAC,RTP,GIGADAT,success,2\n"
+        );
+        assert_eq!(
+            written(Format::Csv, Some("")),
+            "tenant_id,merchant_id,customer_id,payment_method,payment_method_type,connector,\
+             outcome,count\n\
+             ,m1,\"c,1\",INTERAC,RTP,GIGADAT,success,2\n"
+        );
+        assert_eq!(
+            written(Format::Csv, Some("acme")).lines().nth(1),
+            Some("acme,m1,\"c,1\",INTERAC,RTP,GIGADAT,success,2")
+        );
+        assert_eq!(
+            written(Format::Jsonl, None),
+            "{\"merchant_id\":\"m1\",\"customer_id\":\"c,1\",\"payment_method\":\"INTERAC\",\
+             \"payment_method_type\":\"RTP\",\"connector\":\"GIGADAT\",\"outcome\":\"success\",\
+             \"count\":2}\n"
+        );
+        assert!(
+            written(Format::Jsonl, Some("")).starts_with("{\"tenant_id\":\"\",\"merchant_id\":")
+        );
+    }
 
     #[test]
     fn a_count_import_takes_is_one_row() {

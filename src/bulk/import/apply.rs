@@ -55,7 +55,8 @@ pub struct Pending {
 
 impl Pending {
     pub fn new(index: u64, row: Row) -> Self {
-        let key = keys::customer_key(&row.command.merchant, &row.command.customer);
+        let command = &row.command;
+        let key = keys::customer_key(&command.tenant, &command.merchant, &command.customer);
         Self {
             index,
             key,
@@ -218,10 +219,15 @@ impl Applier<'_> {
                 held.push(pending);
             }
             Fate::Refused(error) => {
+                let command = &pending.row.command;
+                let tenant = match command.tenant.id() {
+                    Some(id) => format!(", tenant {id}"),
+                    None => String::new(),
+                };
                 report(format!(
-                    "line {}: not applied: {error} (merchant {})",
+                    "line {}: not applied: {error} (merchant {}{tenant})",
                     pending.row.line,
-                    pending.row.command.merchant.as_str()
+                    command.merchant.as_str()
                 ));
                 tally.refused += 1;
             }
@@ -257,9 +263,14 @@ impl Applier<'_> {
         // One call per merchant for all of its new customers of the round,
         // in file order: each decided as if alone, one after the other.
         let mut merchants: Vec<Vec<Pending>> = Vec::new();
-        let mut merchant_at: HashMap<String, usize> = HashMap::new();
+        // A budget is per (tenant, merchant).
+        let mut merchant_at: HashMap<(String, String), usize> = HashMap::new();
         for pending in asking {
-            let merchant = pending.row.command.merchant.as_str().to_owned();
+            let command = &pending.row.command;
+            let merchant = (
+                command.tenant.as_str().to_owned(),
+                command.merchant.as_str().to_owned(),
+            );
             let at = *merchant_at.entry(merchant).or_insert_with(|| {
                 merchants.push(Vec::new());
                 merchants.len() - 1
@@ -269,7 +280,10 @@ impl Applier<'_> {
         let now_ms = unix_millis();
         let admission_keys: Vec<_> = merchants
             .iter()
-            .map(|group| keys::admission_key(&group[0].row.command.merchant))
+            .map(|group| {
+                let command = &group[0].row.command;
+                keys::admission_key(&command.tenant, &command.merchant)
+            })
             .collect();
         let ops = merchants
             .iter()

@@ -3,22 +3,27 @@
 use std::path::PathBuf;
 
 use crate::bulk::Format;
+use crate::domain::tenant::Tenant;
 
 pub const USAGE: &str = "\
 usage: sticky-routing import [--format csv|jsonl] [--dry-run] [--no-admission]
-                             [--skip N] [--config FILE] FILE|-
+                             [--skip N] [--tenant ID] [--config FILE] FILE|-
 
 Applies historical outcomes, one per row, through the same validation, rules,
 scripts and admission as RecordOutcome, in file order per customer.
 Columns: merchant_id, customer_id, payment_method, payment_method_type,
 connector, outcome (success|gateway_failure), optional count (1..=1000000000,
-empty: 1) and attempt_id. CSV has a header line; JSONL one object per line.
+empty: 1), attempt_id and tenant_id (the row's tenant; empty: the default
+tenant). CSV has a header line; JSONL one object per line.
 
   --format csv|jsonl  needed for stdin (-) and names other than .csv/.jsonl/.ndjson
   --dry-run           validate only; connects to nothing, writes nothing
   --no-admission      create new customers without asking the admission budget
                       or the memory guard
   --skip N            skip the first N data rows (resume after a stop)
+  --tenant ID         every row is this tenant's (else each row's tenant_id,
+                      or the default tenant); a file with a tenant_id column
+                      cannot go with it (exit 2)
   --config FILE       the service's settings file (else STICKY_ROUTING_CONFIG)
 
 Running the same FILE again, or resuming it with --skip, applies no row twice:
@@ -40,6 +45,8 @@ pub struct ImportArgs {
     pub dry_run: bool,
     pub no_admission: bool,
     pub skip: u64,
+    /// `--tenant`: every row is this tenant's; `None`: each row's own.
+    pub tenant: Option<Tenant>,
     pub config_file: Option<PathBuf>,
 }
 
@@ -49,6 +56,7 @@ pub fn parse(args: &[String]) -> Result<ImportArgs, Option<String>> {
     let mut dry_run = false;
     let mut no_admission = false;
     let mut skip = 0;
+    let mut tenant = None;
     let mut config_file = None;
     let mut flags = crate::bulk::flags::Flags::new(args);
     while let Some(flag) = flags.next_word() {
@@ -66,6 +74,9 @@ pub fn parse(args: &[String]) -> Result<ImportArgs, Option<String>> {
                     Some(format!("--skip needs a whole number of rows, not `{word}`"))
                 })?;
             }
+            crate::bulk::flags::TENANT_FLAG => {
+                tenant = Some(crate::bulk::flags::tenant(&value()?).map_err(Some)?);
+            }
             "--config" => config_file = Some(PathBuf::from(value()?)),
             other => return Err(Some(format!("unknown option `{other}`"))),
         }
@@ -77,6 +88,7 @@ pub fn parse(args: &[String]) -> Result<ImportArgs, Option<String>> {
         dry_run,
         no_admission,
         skip,
+        tenant,
         config_file,
     })
 }
@@ -100,6 +112,11 @@ mod tests {
         let args = parse_words("--format=jsonl --config s.toml -").unwrap();
         assert_eq!((args.format, args.file), (Format::Jsonl, None));
         assert_eq!(args.config_file, Some(PathBuf::from("s.toml")));
+        assert_eq!(args.tenant, None);
+        let args = parse_words("--tenant acme r.csv").unwrap();
+        assert_eq!(args.tenant, Tenant::parse("acme").ok());
+        let args = parse_words("--tenant= r.csv").unwrap();
+        assert_eq!(args.tenant, Some(Tenant::DEFAULT));
     }
 
     #[test]
@@ -113,6 +130,8 @@ mod tests {
             ("", "a FILE"),
             ("a.csv b.csv", "one too many"),
             ("--frobnicate a.csv", "unknown option"),
+            ("--tenant a.b a.csv", "--tenant: may hold only"),
+            ("--tenant", "--tenant needs a value"),
         ] {
             let problem = parse_words(words).unwrap_err().unwrap();
             assert!(problem.contains(says), "{words}: {problem}");

@@ -146,7 +146,13 @@ async fn import(args: ImportArgs, settings: Settings) -> ExitCode {
         _ => None,
     };
     let bytes = Arc::new(AtomicU64::new(0));
-    let mut batches = spawn_reader(input, args.format, args.skip, bytes.clone());
+    let mut batches = spawn_reader(
+        input,
+        args.format,
+        args.tenant.clone(),
+        args.skip,
+        bytes.clone(),
+    );
     let mut run = Run {
         tally: Tally::default(),
         progress: Progress::new("import", size, bytes),
@@ -193,6 +199,15 @@ async fn import(args: ImportArgs, settings: Settings) -> ExitCode {
         Ended::Complete if run.tally.any_bad() => ExitCode::from(EXIT_BAD_ROWS),
         Ended::Complete => ExitCode::SUCCESS,
         Ended::Interrupted { resume } => interrupted(resume),
+        // A usage error found at the header: nothing was read, nothing to
+        // resume.
+        Ended::FileFailed {
+            error: error @ FileError::TenantColumn { line: None },
+            ..
+        } => {
+            eprintln!("sticky-routing import: {error}\n(see sticky-routing import --help)");
+            ExitCode::from(EXIT_TROUBLE)
+        }
         Ended::FileFailed { error, resume } => {
             eprintln!("sticky-routing import: {error}; resume with --skip {resume}");
             ExitCode::from(EXIT_TROUBLE)
@@ -304,16 +319,22 @@ async fn lacking_permission(store: &RedisStore) -> Option<String> {
 }
 
 /// Reads the file on its own thread (it may block on stdin), handing over
-/// chunks of numbered rows. `skip` rows are counted, not validated.
+/// chunks of numbered rows, every one `tenant`'s when `--tenant` names one.
+/// `skip` rows are counted, not validated.
 fn spawn_reader(
     input: Box<dyn Read + Send>,
     format: crate::bulk::Format,
+    tenant: Option<crate::domain::tenant::Tenant>,
     skip: u64,
     bytes: Arc<AtomicU64>,
 ) -> mpsc::Receiver<Batch> {
     let (sender, receiver) = mpsc::channel(8);
     std::thread::spawn(move || {
-        let mut reader = match RowReader::new(input, format, bytes) {
+        let opened = RowReader::new(input, format, bytes).and_then(|reader| match tenant {
+            Some(tenant) => reader.for_tenant(tenant),
+            None => Ok(reader),
+        });
+        let mut reader = match opened {
             Ok(reader) => reader,
             Err(error) => {
                 let _ = sender.blocking_send(Batch::Failed(error));

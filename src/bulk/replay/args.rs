@@ -4,21 +4,28 @@ use std::path::PathBuf;
 
 use crate::bulk::Format;
 use crate::domain::ids::MerchantId;
+use crate::domain::tenant::Tenant;
 
 pub const USAGE: &str = "\
-usage: sticky-routing replay [--format csv|jsonl] [--merchant ID] [--admission]
-                             [--top N] [--json] [--config FILE] FILE|-
+usage: sticky-routing replay [--format csv|jsonl] [--tenant ID] [--merchant ID]
+                             [--admission] [--top N] [--json] [--config FILE]
+                             FILE|-
 
 Replays a payment history in memory, without Redis, through the service's own
 rules and settings, and reports what pinning would have done: for each attempt,
 first the pin GetPin would have given from the habits of the rows before it,
 then the attempt recorded as RecordOutcome records it.
 Rows are import's (merchant_id, customer_id, payment_method,
-payment_method_type, connector, outcome, optional count and attempt_id) in time
-order, plus an optional `at`: the attempt's time, RFC 3339 or Unix seconds (a
-row without one is one second after the row before; the first is at 0).
+payment_method_type, connector, outcome, optional count, attempt_id and
+tenant_id) in time order, plus an optional `at`: the attempt's time, RFC 3339
+or Unix seconds (a row without one is one second after the row before; the
+first is at 0). Tenants are kept apart: the same merchant and customer ids in
+two tenants (two tenant_id cells; empty: the default tenant) are two merchants
+and two customers.
 
   --format csv|jsonl  needed for stdin (-) and names other than .csv/.jsonl/.ndjson
+  --tenant ID         replay only this tenant's rows (a row without a tenant_id
+                      is this tenant's)
   --merchant ID       replay only this merchant's rows
   --admission         apply the admission budgets and windows, by `at`
   --top N             the N merchants with the most attempts (default 10)
@@ -41,6 +48,9 @@ pub struct ReplayArgs {
     /// `None`: stdin.
     pub file: Option<PathBuf>,
     pub merchant: Option<MerchantId>,
+    /// `--tenant`: only this tenant's rows, and the tenant of a row
+    /// without a `tenant_id`.
+    pub tenant: Option<Tenant>,
     pub admission: bool,
     pub top: usize,
     pub json: bool,
@@ -51,6 +61,7 @@ pub struct ReplayArgs {
 pub fn parse(args: &[String]) -> Result<Option<ReplayArgs>, String> {
     let mut input = crate::bulk::flags::Input::default();
     let mut merchant = None;
+    let mut tenant = None;
     let mut admission = false;
     let mut top = DEFAULT_TOP;
     let mut json = false;
@@ -70,6 +81,7 @@ pub fn parse(args: &[String]) -> Result<Option<ReplayArgs>, String> {
                     .map_err(|invalid| format!("--merchant: {}", invalid.reason))?;
                 merchant = Some(id);
             }
+            crate::bulk::flags::TENANT_FLAG => tenant = Some(crate::bulk::flags::tenant(value()?)?),
             "--top" => {
                 let word = value()?;
                 top = word.parse().map_err(|_| {
@@ -85,6 +97,7 @@ pub fn parse(args: &[String]) -> Result<Option<ReplayArgs>, String> {
         format,
         file,
         merchant,
+        tenant,
         admission,
         top,
         json,
@@ -115,6 +128,9 @@ mod tests {
         assert_eq!((args.format, args.file), (Format::Jsonl, None));
         assert_eq!(args.top, DEFAULT_TOP);
         assert!(!args.admission && !args.json && args.merchant.is_none());
+        assert_eq!(args.tenant, None);
+        let args = parse_words("--tenant Acme h.csv").unwrap().unwrap();
+        assert_eq!(args.tenant, Tenant::parse("Acme").ok());
     }
 
     #[test]
@@ -129,6 +145,8 @@ mod tests {
             ("", "a FILE"),
             ("a.csv b.csv", "one too many"),
             ("--frobnicate a.csv", "unknown option"),
+            ("--tenant a.b h.csv", "--tenant: may hold only"),
+            ("--tenant", "--tenant needs a value"),
         ] {
             let problem = parse_words(words).unwrap_err();
             assert!(problem.contains(says), "{words}: {problem}");

@@ -1,7 +1,14 @@
-//! A replayed row's fields as small numbers: merchants, payment methods,
-//! connectors and combos are each validated once, by the domain's own
-//! parsers, the first time a spelling appears, and named by their index
-//! after that; a customer is a 128-bit hash of (merchant, customer id).
+//! A replayed row's fields as small numbers: tenants, merchant ids,
+//! payment methods, connectors and combos are each validated once, by the
+//! domain's own parsers, the first time a spelling appears, and named by
+//! their index after that; a merchant is a (tenant, merchant id) pair, so
+//! two tenants' `m1` are two merchants; a customer is a 128-bit hash of
+//! (merchant, customer id), so they are two customers too.
+//!
+//! A row's tenant is its `tenant_id` cell (the empty cell is the default
+//! tenant); a row without one is `--tenant`'s, or the default tenant's.
+//! With `--tenant`, rows of any other tenant are skipped unread beyond
+//! their `tenant_id`, as `--merchant` skips other merchants'.
 //!
 //! This is what keeps a replay at two million rows a second: the common row
 //! meets only hash lookups of text it borrows from the reader's buffer, and
@@ -21,17 +28,19 @@ use foldhash::fast::RandomState;
 
 use super::at;
 use super::customers::Identity;
-use crate::bulk::rows::{Fields, parse_outcome};
+use crate::bulk::rows::{Fields, parse_outcome, parse_tenant};
 use crate::domain::InvalidInput;
 use crate::domain::attempts::{AttemptDigest, AttemptId};
 use crate::domain::combo::{Combo, MethodPrefix};
 use crate::domain::counts::Outcome;
 use crate::domain::ids::{Connector, CustomerId, MerchantId, PaymentMethod, PaymentMethodType};
+use crate::domain::tenant::Tenant;
 
 /// One valid row, as numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Attempt {
-    /// Index into [`Catalog::merchant`].
+    /// Index into [`Catalog::merchant`] and [`Catalog::tenant`]: the
+    /// (tenant, merchant id) pair.
     pub merchant: u32,
     /// The customer's identity within the replay.
     pub customer: Identity,
@@ -51,8 +60,9 @@ pub struct Attempt {
 #[derive(Debug)]
 pub enum Read {
     Attempt(Attempt),
-    /// A row of another merchant than `--merchant`'s.
-    OtherMerchant,
+    /// A row of another merchant than `--merchant`'s, or of another tenant
+    /// than `--tenant`'s.
+    Skipped,
     /// A bad row: why, and its merchant when that much of it was valid.
     Bad {
         reason: String,
@@ -69,10 +79,19 @@ struct ComboEntry {
 }
 
 /// Every spelling seen so far, and what it stands for.
-#[derive(Default)]
 pub struct Catalog {
     only: Option<MerchantId>,
-    merchants: Interner<MerchantId>,
+    /// `--tenant`'s index in `tenants`: only its rows are read.
+    only_tenant: Option<u32>,
+    /// The tenant of a row without a `tenant_id`: `--tenant`'s, else the
+    /// default one.
+    implied_tenant: u32,
+    tenants: Interner<Tenant>,
+    merchant_ids: Interner<MerchantId>,
+    /// Each merchant's index by its (tenant, merchant id) indexes.
+    merchant_by_parts: HashMap<(u32, u32), u32, RandomState>,
+    /// Each merchant's (tenant, merchant id) indexes.
+    merchants: Vec<(u32, u32)>,
     methods: Interner<PaymentMethod>,
     types: Interner<PaymentMethodType>,
     connectors: Interner<Connector>,
@@ -86,21 +105,47 @@ pub struct Catalog {
 const CUSTOMER_SEEDS: [u64; 2] = [0x5ec7_a1b2_c3d4_e5f6, 0x9e37_79b9_7f4a_7c15];
 
 impl Catalog {
-    /// A catalog that reads every row, or only `only`'s.
-    pub fn new(only: Option<MerchantId>) -> Self {
+    /// A catalog that reads every row, or only merchant `only`'s, and only
+    /// `tenant`'s rows when a tenant is named.
+    pub fn new(only: Option<MerchantId>, tenant: Option<Tenant>) -> Self {
+        let mut tenants = Interner::default();
+        let named = tenant.is_some();
+        let wanted = tenant.unwrap_or_default();
+        let text = wanted.as_str().to_owned();
+        // Its own text reads back as itself: nothing to parse.
+        let implied_tenant = tenants.index(&text, |_| Ok(wanted)).unwrap_or_default();
+        let only_tenant = named.then_some(implied_tenant);
         Self {
             only,
-            ..Self::default()
+            only_tenant,
+            implied_tenant,
+            tenants,
+            merchant_ids: Interner::default(),
+            merchant_by_parts: HashMap::default(),
+            merchants: Vec::new(),
+            methods: Interner::default(),
+            types: Interner::default(),
+            connectors: Interner::default(),
+            prefix_by_parts: HashMap::default(),
+            prefixes: Vec::new(),
+            combo_by_parts: HashMap::default(),
+            combos: Vec::new(),
         }
     }
 
+    /// A merchant's id (the same in every tenant).
     pub fn merchant(&self, index: u32) -> &MerchantId {
-        self.merchants.get(index)
+        self.merchant_ids.get(self.merchants[index as usize].1)
+    }
+
+    /// A merchant's tenant.
+    pub fn tenant(&self, index: u32) -> &Tenant {
+        self.tenants.get(self.merchants[index as usize].0)
     }
 
     /// How many merchants were seen.
     pub fn merchant_count(&self) -> usize {
-        self.merchants.values.len()
+        self.merchants.len()
     }
 
     pub fn prefix(&self, index: u32) -> &MethodPrefix {
@@ -128,10 +173,26 @@ impl Catalog {
                 merchant: None,
             };
         }
+        // The tenant first, as a call's header is checked before its body.
+        let tenant = match fields.tenant_cell() {
+            None => self.implied_tenant,
+            Some(cell) => match self.tenants.index(cell, parse_tenant) {
+                Ok(tenant) => tenant,
+                Err(invalid) => {
+                    return Read::Bad {
+                        reason: invalid.to_string(),
+                        merchant: None,
+                    };
+                }
+            },
+        };
+        if self.only_tenant.is_some_and(|only| only != tenant) {
+            return Read::Skipped;
+        }
         let raw = fields.raw();
-        let merchant = match self.merchant_index(raw.merchant_id) {
+        let merchant = match self.merchant_index(tenant, raw.merchant_id) {
             Ok(Some(merchant)) => merchant,
-            Ok(None) => return Read::OtherMerchant,
+            Ok(None) => return Read::Skipped,
             Err(invalid) => {
                 return Read::Bad {
                     reason: invalid.to_string(),
@@ -190,14 +251,26 @@ impl Catalog {
         })
     }
 
-    /// The merchant's index; `None` for a merchant `--merchant` leaves out.
-    fn merchant_index(&mut self, text: &str) -> Result<Option<u32>, InvalidInput> {
-        let index = self.merchants.index(text, MerchantId::parse)?;
+    /// The index of `tenant`'s merchant `text`; `None` for a merchant
+    /// `--merchant` leaves out.
+    fn merchant_index(&mut self, tenant: u32, text: &str) -> Result<Option<u32>, InvalidInput> {
+        let id = self.merchant_ids.index(text, MerchantId::parse)?;
         let wanted = self
             .only
             .as_ref()
-            .is_none_or(|only| only == self.merchants.get(index));
-        Ok(wanted.then_some(index))
+            .is_none_or(|only| only == self.merchant_ids.get(id));
+        if !wanted {
+            return Ok(None);
+        }
+        let merchants = &mut self.merchants;
+        let index = *self
+            .merchant_by_parts
+            .entry((tenant, id))
+            .or_insert_with(|| {
+                merchants.push((tenant, id));
+                (merchants.len() - 1) as u32
+            });
+        Ok(Some(index))
     }
 
     fn customer_identity(&self, merchant: u32, customer: &str) -> Identity {

@@ -4,6 +4,8 @@
 
 use serde::Serialize;
 
+use crate::domain::tenant::Tenant;
+
 /// The counts behind one merchant's figures (or every merchant's).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Tally {
@@ -47,6 +49,9 @@ impl Tally {
 /// rates are fractions from 0 to 1, and 0 where undefined.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Figures {
+    /// The merchant's tenant, when it is not the default one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub merchant_id: Option<String>,
     pub attempts: u64,
@@ -86,6 +91,7 @@ impl Figures {
                 / tally.attempts as f64
         };
         Self {
+            tenant_id: None,
             merchant_id: merchant_id.map(str::to_owned),
             attempts: tally.attempts,
             with_pin: tally.with_pin,
@@ -99,6 +105,24 @@ impl Figures {
             sr_estimated,
             duplicates: tally.duplicates,
             bad_rows: tally.bad_rows,
+        }
+    }
+
+    /// The same figures, of a merchant of `tenant`.
+    pub fn in_tenant(self, tenant: &Tenant) -> Self {
+        Self {
+            tenant_id: tenant.id().map(str::to_owned),
+            ..self
+        }
+    }
+
+    /// The merchant as the table names it: `tenant/merchant` for a tenant
+    /// other than the default; empty for every merchant together.
+    pub fn name(&self) -> String {
+        let merchant = self.merchant_id.as_deref().unwrap_or_default();
+        match &self.tenant_id {
+            Some(tenant) => format!("{tenant}/{merchant}"),
+            None => merchant.to_owned(),
         }
     }
 }
@@ -136,11 +160,10 @@ impl Report {
              customers with habits at the end.\n\n",
             overall.attempts, overall.duplicates, overall.bad_rows
         );
-        let width = self
-            .merchants
+        let names: Vec<String> = self.merchants.iter().map(Figures::name).collect();
+        let width = names
             .iter()
-            .filter_map(|m| m.merchant_id.as_deref())
-            .map(|id| id.chars().count())
+            .map(|name| name.chars().count())
             .chain([8])
             .max()
             .unwrap_or(8);
@@ -170,11 +193,8 @@ impl Report {
             )
         };
         out.push_str(&row("(all)", overall));
-        for merchant in &self.merchants {
-            out.push_str(&row(
-                merchant.merchant_id.as_deref().unwrap_or_default(),
-                merchant,
-            ));
+        for (name, merchant) in names.iter().zip(&self.merchants) {
+            out.push_str(&row(name, merchant));
         }
         out.push('\n');
         out.push_str(LEGEND);
@@ -261,6 +281,29 @@ mod tests {
         expected.sort();
         assert_eq!(names(&value["merchants"][0]), expected);
         assert_eq!(value["merchants"][0]["merchant_id"], "m1");
+    }
+
+    #[test]
+    fn a_tenants_merchant_says_its_tenant_and_the_defaults_does_not() {
+        let acme = Tenant::parse("acme").unwrap();
+        let report = Report {
+            overall: Figures::of(None, &Tally::default()),
+            merchants: vec![
+                Figures::of(Some("m1"), &Tally::default()).in_tenant(&acme),
+                Figures::of(Some("m1"), &Tally::default()).in_tenant(&Tenant::DEFAULT),
+            ],
+        };
+        let value: serde_json::Value = serde_json::from_str(&report.json()).unwrap();
+        assert_eq!(value["merchants"][0]["tenant_id"], "acme");
+        assert_eq!(value["merchants"][0]["merchant_id"], "m1");
+        assert!(value["merchants"][1].get("tenant_id").is_none());
+        assert!(value["overall"].get("tenant_id").is_none());
+        let text = report.text("h.csv", 0);
+        assert!(
+            text.lines().any(|line| line.starts_with("acme/m1 ")),
+            "{text}"
+        );
+        assert!(text.lines().any(|line| line.starts_with("m1 ")), "{text}");
     }
 
     #[test]

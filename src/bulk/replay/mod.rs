@@ -2,7 +2,8 @@
 //! history, computed offline, in memory, without Redis.
 //!
 //! The rows are import's ([`crate::bulk::rows`]) plus `at`; each is read
-//! into small numbers ([`catalog`]), and each attempt is replayed by
+//! into small numbers ([`catalog`]), a merchant being a (tenant, merchant
+//! id) pair so that tenants are kept apart, and each attempt is replayed by
 //! [`engine`] with the service's own rules and settings: the pin first,
 //! then the attempt recorded. [`figures`] turns the counts into the
 //! report. One thread does it all: a replay is bound by parsing and
@@ -30,6 +31,7 @@ use crate::bulk::Format;
 use crate::bulk::progress::Progress;
 use crate::bulk::rows::{FileError, RowReader};
 use crate::domain::Rules;
+use crate::domain::tenant::Tenant;
 use args::ReplayArgs;
 use catalog::{Catalog, Read as RowRead};
 use engine::{Engine, Seen};
@@ -101,10 +103,12 @@ pub enum Event<'a> {
     Bad { line: u64, reason: &'a str },
     /// This many data rows were read so far (every [`PROGRESS_EVERY`]).
     Rows(u64),
-    /// One attempt (not a duplicate): the line it came from, its merchant
-    /// and connector, and the connector GetPin would have pinned it to.
+    /// One attempt (not a duplicate): the line it came from, its tenant,
+    /// merchant and connector, and the connector GetPin would have pinned
+    /// it to.
     Attempt {
         line: u64,
+        tenant: &'a Tenant,
         merchant: &'a str,
         connector: &'a str,
         pin: Option<&'a str>,
@@ -122,31 +126,36 @@ pub struct Replayed {
 
 impl Replayed {
     /// Every merchant together, and the `top` merchants by attempts (ties
-    /// by merchant id, bytewise).
+    /// by tenant id, then merchant id, bytewise: the default tenant first).
     pub fn report(&self, top: usize) -> Report {
-        let mut merchants: Vec<(&str, &figures::Tally)> = self
+        let mut merchants: Vec<(&Tenant, &str, &figures::Tally)> = self
             .merchants
             .iter()
-            .map(|(index, tally)| (self.catalog.merchant(*index).as_str(), tally))
+            .map(|(index, tally)| {
+                let merchant = self.catalog.merchant(*index).as_str();
+                (self.catalog.tenant(*index), merchant, tally)
+            })
             .collect();
         merchants.sort_by(|a, b| {
-            b.1.attempts
-                .cmp(&a.1.attempts)
-                .then_with(|| a.0.as_bytes().cmp(b.0.as_bytes()))
+            b.2.attempts.cmp(&a.2.attempts).then_with(|| {
+                let tenant = a.0.as_str().as_bytes().cmp(b.0.as_str().as_bytes());
+                tenant.then_with(|| a.1.as_bytes().cmp(b.1.as_bytes()))
+            })
         });
         Report {
             overall: Figures::of(None, &self.overall),
             merchants: merchants
                 .into_iter()
                 .take(top)
-                .map(|(id, tally)| Figures::of(Some(id), tally))
+                .map(|(tenant, id, tally)| Figures::of(Some(id), tally).in_tenant(tenant))
                 .collect(),
         }
     }
 }
 
-/// Replays the rows of `input` under `rules` as `args` asks (`--merchant`,
-/// `--admission`), telling `seen` of every bad row, attempt and progress.
+/// Replays the rows of `input` under `rules` as `args` asks (`--tenant`,
+/// `--merchant`, `--admission`), telling `seen` of every bad row, attempt
+/// and progress.
 /// `Err` is a problem with the file as a whole (exit 2).
 pub fn replay(
     input: Box<dyn Read + Send>,
@@ -157,7 +166,7 @@ pub fn replay(
     mut seen: impl FnMut(Event<'_>),
 ) -> Result<Replayed, String> {
     let mut reader = RowReader::new(input, format, bytes).map_err(|error| error.to_string())?;
-    let mut catalog = Catalog::new(args.merchant.clone());
+    let mut catalog = Catalog::new(args.merchant.clone(), args.tenant.clone());
     let mut engine = Engine::new(rules, args.admission);
     let mut previous_at: Option<i64> = None;
     let mut rows = 0u64;
@@ -175,7 +184,7 @@ pub fn replay(
         }
         let attempt = match read {
             Ok(RowRead::Attempt(attempt)) => attempt,
-            Ok(RowRead::OtherMerchant) => continue,
+            Ok(RowRead::Skipped) => continue,
             Ok(RowRead::Bad { reason, merchant }) => {
                 engine.bad_row(merchant);
                 seen(Event::Bad {
@@ -216,6 +225,7 @@ pub fn replay(
             };
             seen(Event::Attempt {
                 line,
+                tenant: catalog.tenant(attempt.merchant),
                 merchant: catalog.merchant(attempt.merchant).as_str(),
                 connector: catalog.connector(attempt.combo),
                 pin,

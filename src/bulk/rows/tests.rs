@@ -141,3 +141,90 @@ fn jsonl_counts_are_numbers_or_digit_strings_and_blank_lines_are_not_rows() {
     assert_eq!(bad(&rows[5]).0, 7);
     assert_eq!(rows.len(), 6);
 }
+
+fn reader(format: Format, text: &str) -> Result<RowReader, FileError> {
+    let input: Box<dyn Read + Send> = Box::new(std::io::Cursor::new(text.as_bytes().to_vec()));
+    RowReader::new(input, format, Arc::default())
+}
+
+fn tenant(id: &str) -> Tenant {
+    Tenant::parse(id).unwrap()
+}
+
+/// The `tenant_id` cell names the row's tenant, checked first; the empty
+/// cell, or none, is the default tenant.
+#[test]
+fn each_row_is_its_tenant_id_cells_and_a_bad_one_is_named() {
+    let rows = read_all(
+        Format::Csv,
+        "tenant_id,merchant_id,customer_id,payment_method,payment_method_type,connector,outcome\n\
+         ,m1,c1,card,credit,stripe,success\n\
+         acme,m1,c1,card,credit,stripe,success\n\
+         \" Acme \",m1,c1,card,credit,stripe,success\n\
+         a.b,m1,c1,card,credit,stripe,success\n\
+         a.b,m1,,card,credit,stripe,success\n",
+    );
+    let tenants: Vec<Tenant> = rows[..3]
+        .iter()
+        .map(|row| good(row).command.tenant.clone())
+        .collect();
+    assert_eq!(tenants, [Tenant::DEFAULT, tenant("acme"), tenant("Acme")]);
+    // The tenant before the body's fields, as the header before the call.
+    for (row, line) in rows[3..].iter().zip([5, 6]) {
+        let (got, reason) = bad(row);
+        assert_eq!(got, line);
+        assert!(reason.starts_with("tenant_id: may hold only"), "{reason}");
+    }
+    let rows = read_all(
+        Format::Jsonl,
+        "{\"tenant_id\":\"acme\",\"merchant_id\":\"m\",\"customer_id\":\"c\",\"payment_method\":\"card\",\"payment_method_type\":\"debit\",\"connector\":\"adyen\",\"outcome\":\"success\"}\n\
+         {\"tenant_id\":null,\"merchant_id\":\"m\",\"customer_id\":\"c\",\"payment_method\":\"card\",\"payment_method_type\":\"debit\",\"connector\":\"adyen\",\"outcome\":\"success\"}\n\
+         {\"tenant_id\":7,\"merchant_id\":\"m\",\"customer_id\":\"c\",\"payment_method\":\"card\",\"payment_method_type\":\"debit\",\"connector\":\"adyen\",\"outcome\":\"success\"}\n",
+    );
+    assert_eq!(good(&rows[0]).command.tenant, tenant("acme"));
+    assert!(good(&rows[1]).command.tenant.is_default());
+    assert_eq!(bad(&rows[2]), (3, "tenant_id: must be a string"));
+}
+
+/// `--tenant`: every row is its tenant's, and rows that name their own
+/// stop the file: a CSV at its header, JSON Lines at the first such line.
+#[test]
+fn a_tenant_for_every_row_refuses_rows_that_name_theirs() {
+    let plain = "merchant_id,customer_id,payment_method,payment_method_type,connector,outcome\n\
+                 m1,c1,card,credit,stripe,success\n";
+    let mut rows = reader(Format::Csv, plain)
+        .unwrap()
+        .for_tenant(tenant("acme"))
+        .unwrap();
+    let Some(Ok(Parsed::Row(row))) = rows.next_row() else {
+        panic!("a row");
+    };
+    assert_eq!(row.command.tenant, tenant("acme"));
+
+    let with_column = format!("tenant_id,{plain}");
+    let csv = reader(Format::Csv, &with_column).unwrap();
+    assert_eq!(csv.has_tenant_column(), Some(true));
+    let error = csv.for_tenant(tenant("acme")).err().unwrap();
+    assert!(matches!(error, FileError::TenantColumn { line: None }));
+    assert!(
+        error
+            .to_string()
+            .starts_with("the rows have a `tenant_id` column")
+    );
+
+    let lines = "{\"merchant_id\":\"m\",\"customer_id\":\"c\",\"payment_method\":\"card\",\"payment_method_type\":\"debit\",\"connector\":\"adyen\",\"outcome\":\"success\"}\n\
+                 {\"tenant_id\":\"\",\"merchant_id\":\"m\",\"customer_id\":\"c\",\"payment_method\":\"card\",\"payment_method_type\":\"debit\",\"connector\":\"adyen\",\"outcome\":\"success\"}\n";
+    let jsonl = reader(Format::Jsonl, lines).unwrap();
+    assert_eq!(jsonl.has_tenant_column(), None);
+    let mut jsonl = jsonl.for_tenant(Tenant::DEFAULT).unwrap();
+    assert!(matches!(jsonl.next_row(), Some(Ok(Parsed::Row(_)))));
+    let Some(Err(error)) = jsonl.next_row() else {
+        panic!("the second line names its tenant");
+    };
+    assert!(
+        error
+            .to_string()
+            .starts_with("line 2: the rows have a `tenant_id` column"),
+        "{error}"
+    );
+}

@@ -5,9 +5,11 @@ use crate::domain::admission::AdmissionRefusal;
 use crate::domain::ids::{CustomerId, MerchantId};
 use crate::domain::import_mark::FileId;
 use crate::domain::keys;
+use crate::domain::tenant::Tenant;
 
 fn customer() -> CustomerKey {
     keys::customer_key(
+        &Tenant::DEFAULT,
         &MerchantId::parse("m1").unwrap(),
         &CustomerId::parse("c1").unwrap(),
     )
@@ -56,7 +58,7 @@ fn a_recordoutcome_call_sends_the_scripts_plain_form() {
     };
     assert_eq!(words(&failure.encode_args().1), ["F", "100", ""]);
 
-    let admission = keys::admission_key(&MerchantId::parse("m1").unwrap());
+    let admission = keys::admission_key(&Tenant::DEFAULT, &MerchantId::parse("m1").unwrap());
     let request = AdmissionRequest {
         now_ms: 5,
         window_ms: 10,

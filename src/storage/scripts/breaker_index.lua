@@ -5,7 +5,8 @@
 -- Fields (domain::keys): 't' .. len(m) .. ':' .. m .. c a trip, value
 -- "T calls failures" (OPEN until T, HALF-OPEN until T + half_ms);
 -- 'o' .. len(m) .. ':' .. m .. c an override, value "<until_ms> <kind>"
--- (kind open or closed). An entry lives until it is no longer of use:
+-- (kind open or closed); a named tenant's fields are the same after
+-- '@' .. len(tenant) .. ':' .. tenant. An entry lives until it is no longer of use:
 -- a trip until T + half_ms, an override until until_ms. The key's TTL is
 -- always at least the longest remaining lifetime (a trip's capped by
 -- cap_ms), so no entry outlives its use by much and the key never lives
@@ -31,6 +32,16 @@ local function lifetime_end(value)
   if #value > 64 then return nil end
   local first = string.match(value, '^(%-?%d+) ')
   return first and tonumber(first)
+end
+
+-- An entry's kind, 't' or 'o': a named tenant's field starts with
+-- '@' .. len(tenant) .. ':' .. tenant (domain::keys), and its kind follows.
+local function kind_of(field)
+  if string.sub(field, 1, 1) ~= '@' then return string.sub(field, 1, 1) end
+  local len, after = string.match(field, '^@(%d+):()')
+  if not len then return nil end
+  local at = after + tonumber(len)
+  return string.sub(field, at, at)
 end
 
 if op == 'set' then
@@ -59,7 +70,7 @@ elseif op == 'poll' then
   local kept, expired, longest = {}, {}, 0
   for i = 1, #flat, 2 do
     local field, value = flat[i], flat[i + 1]
-    local kind, ends = string.sub(field, 1, 1), lifetime_end(value)
+    local kind, ends = kind_of(field), lifetime_end(value)
     local left
     if ends and kind == 't' then
       left = math.min(ends + half - now, cap)

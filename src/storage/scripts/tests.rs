@@ -28,6 +28,7 @@ use crate::domain::ids::{Connector, CustomerId, MerchantId, PaymentMethod, Payme
 use crate::domain::import_mark::ImportMark;
 use crate::domain::keys::{self, AdmissionKey, CustomerKey};
 use crate::domain::prune::fields_to_prune;
+use crate::domain::tenant::Tenant;
 use crate::storage::{
     AdmissionRequest, BatchOutcome, FailureWrite, Op, RedisSettings, RedisStore, Reply, Secret,
     StorageError, SuccessWrite, Times,
@@ -56,13 +57,14 @@ fn settings_for_url(url: String) -> RedisSettings {
 
 fn customer_key(merchant: &str, customer: &str) -> CustomerKey {
     keys::customer_key(
+        &Tenant::DEFAULT,
         &MerchantId::parse(merchant).unwrap(),
         &CustomerId::parse(customer).unwrap(),
     )
 }
 
 fn admission_key(merchant: &str) -> AdmissionKey {
-    keys::admission_key(&MerchantId::parse(merchant).unwrap())
+    keys::admission_key(&Tenant::DEFAULT, &MerchantId::parse(merchant).unwrap())
 }
 
 /// Runs one op as a batch of one (the batch script, as the import sends

@@ -3,6 +3,11 @@
 //! RPCs make, typed in and out, and the codec of their scripts
 //! (`scripts/breaker_*.lua`, whose headers say the layout).
 //!
+//! Every breaker is a (tenant, merchant, connector)'s: each call takes the
+//! tenant, whose namespace the keys and the index fields carry
+//! (`domain::keys`), so two tenants with the same merchant and connector
+//! ids never share a count, a trip or an override.
+//!
 //! Every write here is a background or admin call, and goes through the
 //! Sentinel write fence as `forget` does: refused, unsent, while a
 //! failover is under way.
@@ -22,6 +27,7 @@ use crate::domain::keys::{
     self, BREAKER_INDEX_KEY, IndexFieldKind, index_override_field, index_trip_field,
     parse_index_field,
 };
+use crate::domain::tenant::Tenant;
 use crate::storage::error::{NotApplied, StorageError};
 use crate::telemetry::RedisCommand;
 
@@ -62,9 +68,10 @@ pub enum BreakerTransition {
     Reopen { open_until_ms: i64 },
 }
 
-/// One (merchant, connector) of the breaker index.
+/// One (tenant, merchant, connector) of the breaker index.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexEntry {
+    pub tenant: Tenant,
     pub merchant: String,
     pub connector: String,
     pub tripped: Option<Tripped>,
@@ -86,11 +93,12 @@ pub struct ConnectorHealthRow {
 }
 
 impl RedisStore {
-    /// Adds one merchant's pending counts into Redis (breaker_flush.lua,
-    /// one call) and answers each connector's shared state, in `tallies`'
-    /// order. Nothing is sent for no tallies.
+    /// Adds one (tenant, merchant)'s pending counts into Redis
+    /// (breaker_flush.lua, one call) and answers each connector's shared
+    /// state, in `tallies`' order. Nothing is sent for no tallies.
     pub async fn flush_breakers(
         &self,
+        tenant: &Tenant,
         merchant: &MerchantId,
         tallies: &[ConnectorTally],
         now_ms: i64,
@@ -100,7 +108,7 @@ impl RedisStore {
         if tallies.is_empty() {
             return Ok(Vec::new());
         }
-        let key = keys::breaker_counts_key(merchant);
+        let key = keys::breaker_counts_key(tenant, merchant);
         let args = flush_args(tallies, now_ms, settings);
         let reply: Vec<i64> = self
             .breaker_script(Script::Flush, &[key.as_str()], &args, deadline)
@@ -112,8 +120,12 @@ impl RedisStore {
     /// (Trip, Reopen) or the trip it closed, with no counts (Close);
     /// `None` when the breaker was not where the engine saw it, and
     /// nothing was written.
+    // The breaker's three ids and the transition's four inputs: a struct
+    // for its one caller would only rename them.
+    #[allow(clippy::too_many_arguments)]
     pub async fn transition_breaker(
         &self,
+        tenant: &Tenant,
         merchant: &MerchantId,
         connector: &str,
         transition: BreakerTransition,
@@ -121,8 +133,8 @@ impl RedisStore {
         settings: &BreakerSettings,
         deadline: Instant,
     ) -> Result<Option<Tripped>, StorageError> {
-        let counts = keys::breaker_counts_key(merchant);
-        let open = keys::breaker_open_key(merchant, connector);
+        let counts = keys::breaker_counts_key(tenant, merchant);
+        let open = keys::breaker_open_key(tenant, merchant, connector);
         let (kind, expect) = match transition {
             BreakerTransition::Trip => ("trip", 0),
             BreakerTransition::Close { open_until_ms } => ("close", open_until_ms),
@@ -151,8 +163,9 @@ impl RedisStore {
     }
 
     /// The breaker index (breaker_index.lua's poll): every trip and
-    /// override still of use at `now_ms`, one entry per (merchant,
-    /// connector), in (merchant, connector) order. The poll also deletes
+    /// override still of use at `now_ms`, of every tenant (the index is one
+    /// hash for all), one entry per (tenant, merchant, connector), in that
+    /// order (the default tenant first). The poll also deletes
     /// the entries past their use and keeps the index's TTL to the longest
     /// left.
     pub async fn poll_breaker_index(
@@ -170,14 +183,19 @@ impl RedisStore {
         let reply: Value = self
             .breaker_script(Script::Index, &[BREAKER_INDEX_KEY], &args, deadline)
             .await?;
-        let mut merged: BTreeMap<(String, String), IndexEntry> = BTreeMap::new();
+        let mut merged: BTreeMap<(Tenant, String, String), IndexEntry> = BTreeMap::new();
         for (field, value) in pairs_of(reply.into_array()) {
-            let Some((kind, merchant, connector)) = parse_index_field(&field) else {
+            let Some((kind, tenant, merchant, connector)) = parse_index_field(&field) else {
                 continue;
             };
             let entry = merged
-                .entry((merchant.as_str().to_owned(), connector.clone()))
+                .entry((
+                    tenant.clone(),
+                    merchant.as_str().to_owned(),
+                    connector.clone(),
+                ))
                 .or_insert_with(|| IndexEntry {
+                    tenant,
                     merchant: merchant.as_str().to_owned(),
                     connector,
                     tripped: None,
@@ -200,13 +218,14 @@ impl RedisStore {
     /// of use.
     pub async fn index_trip(
         &self,
+        tenant: &Tenant,
         merchant: &MerchantId,
         connector: &str,
         tripped: Tripped,
         settings: &BreakerSettings,
         deadline: Instant,
     ) -> Result<(), StorageError> {
-        let field = index_trip_field(merchant, connector);
+        let field = index_trip_field(tenant, merchant, connector);
         let value = trip_value(&tripped);
         self.index_set(&field, &value, index_cap_ms(settings), deadline)
             .await
@@ -216,12 +235,13 @@ impl RedisStore {
     /// a later trip of the same breaker stays. Whether it was there.
     pub async fn index_clear_trip(
         &self,
+        tenant: &Tenant,
         merchant: &MerchantId,
         connector: &str,
         open_until_ms: i64,
         deadline: Instant,
     ) -> Result<bool, StorageError> {
-        let field = index_trip_field(merchant, connector);
+        let field = index_trip_field(tenant, merchant, connector);
         // The space ends the number: T = 12 never clears T = 123.
         self.index_del(&field, &format!("{open_until_ms} "), deadline)
             .await
@@ -231,13 +251,14 @@ impl RedisStore {
     /// as long), or clears it (`None`, or one already over at `now_ms`).
     pub async fn set_override(
         &self,
+        tenant: &Tenant,
         merchant: &MerchantId,
         connector: &str,
         over: Option<OverrideUntil>,
         now_ms: i64,
         deadline: Instant,
     ) -> Result<(), StorageError> {
-        let field = index_override_field(merchant, connector);
+        let field = index_override_field(tenant, merchant, connector);
         match over.filter(|over| over.active_at(now_ms)) {
             Some(over) => {
                 let lifetime = over.until_ms.saturating_sub(now_ms);
@@ -248,18 +269,20 @@ impl RedisStore {
         }
     }
 
-    /// GetConnectorHealth, from Redis: every connector of the merchant
-    /// with a trip not yet over, calls in the current window, or an
-    /// override, in bytewise connector order. Two reads (the merchant's
-    /// counts hash, the index), sent together; no state change.
+    /// GetConnectorHealth, from Redis: every connector of `tenant`'s
+    /// merchant with a trip not yet over, calls in the current window, or
+    /// an override, in bytewise connector order. Two reads (the (tenant,
+    /// merchant)'s counts hash, the index shared by every tenant, of which
+    /// only this tenant's fields count), sent together; no state change.
     pub async fn breaker_health(
         &self,
+        tenant: &Tenant,
         merchant: &MerchantId,
         now_ms: i64,
         settings: &BreakerSettings,
         deadline: Instant,
     ) -> Result<Vec<ConnectorHealthRow>, StorageError> {
-        let counts_key = keys::breaker_counts_key(merchant);
+        let counts_key = keys::breaker_counts_key(tenant, merchant);
         let counts_key = counts_key.as_str();
         let (counts, index) = tokio::join!(
             self.exec.on_key(
@@ -279,7 +302,7 @@ impl RedisStore {
         );
         let counts = pairs_of(counts?.into_array());
         let index = pairs_of(index?.into_array());
-        health_rows(merchant, &counts, &index, now_ms, settings)
+        health_rows(tenant, merchant, &counts, &index, now_ms, settings)
     }
 
     async fn index_set(
@@ -545,8 +568,10 @@ struct Held {
     indexed: Option<Tripped>,
 }
 
-/// GetConnectorHealth's rows from the merchant's counts hash and the index.
+/// GetConnectorHealth's rows from the (tenant, merchant)'s counts hash and
+/// the index, whose other tenants' and merchants' fields are skipped.
 fn health_rows(
+    tenant: &Tenant,
     merchant: &MerchantId,
     counts: &[(String, String)],
     index: &[(String, String)],
@@ -583,10 +608,10 @@ fn health_rows(
         }
     }
     for (field, value) in index {
-        let Some((kind, of, connector)) = parse_index_field(field) else {
+        let Some((kind, of_tenant, of, connector)) = parse_index_field(field) else {
             continue;
         };
-        if of != *merchant {
+        if of != *merchant || of_tenant != *tenant {
             continue;
         }
         let entry = held.entry(connector).or_default();

@@ -1,5 +1,7 @@
-//! The experiment counts' tier 2 (contract v1.2 §4): one hash per merchant
-//! and UTC day (`domain::keys::experiment_key`), its fields
+//! The experiment counts' tier 2 (contract v1.2 §4): one hash per (tenant,
+//! merchant) and UTC day (`domain::keys::experiment_key`, the tenant's
+//! namespace in the key, so two tenants' merchants of one id never share
+//! a count), its fields
 //! [`EXPERIMENT_FIELDS`] counting outcomes; the [`RedisStore`] calls the
 //! experiment engine (`src/experiment/`) makes to add to them
 //! (`scripts/experiment_flush.lua`) and GetUplift makes to read them, and
@@ -18,6 +20,7 @@ use tokio::task::JoinSet;
 use super::RedisStore;
 use crate::domain::ids::MerchantId;
 use crate::domain::keys::{self, EXPERIMENT_FIELDS};
+use crate::domain::tenant::Tenant;
 use crate::storage::error::{NotApplied, StorageError};
 use crate::telemetry::RedisCommand;
 
@@ -72,11 +75,12 @@ impl ExperimentCounts {
 }
 
 impl RedisStore {
-    /// Adds one merchant's pending counts of one UTC day (`YYYYMMDD`) into
-    /// its hash (experiment_flush.lua, one call), and sets the hash's TTL to
-    /// `retention`. Nothing is sent for no counts.
+    /// Adds one (tenant, merchant)'s pending counts of one UTC day
+    /// (`YYYYMMDD`) into its hash (experiment_flush.lua, one call), and sets
+    /// the hash's TTL to `retention`. Nothing is sent for no counts.
     pub async fn flush_experiment(
         &self,
+        tenant: &Tenant,
         merchant: &MerchantId,
         day: u32,
         counts: &ExperimentCounts,
@@ -86,7 +90,7 @@ impl RedisStore {
         if counts.is_empty() {
             return Ok(());
         }
-        let key = keys::experiment_key(merchant, day);
+        let key = keys::experiment_key(tenant, merchant, day);
         let key = key.as_str();
         let retention_ms = u64::try_from(retention.as_millis())
             .unwrap_or(u64::MAX)
@@ -122,12 +126,13 @@ impl RedisStore {
         Err(error)
     }
 
-    /// One merchant's counts of each of `days` (`YYYYMMDD`), in `days`'
-    /// order; a day without a hash (none counted, or past the retention)
+    /// One (tenant, merchant)'s counts of each of `days` (`YYYYMMDD`), in
+    /// `days`' order; a day without a hash (none counted, or past the retention)
     /// has no counts. One HGETALL per day, all sent at once (on Cluster the
     /// days' hashes may sit on different primaries).
     pub async fn read_experiment(
         &self,
+        tenant: &Tenant,
         merchant: &MerchantId,
         days: &[u32],
         deadline: Instant,
@@ -135,7 +140,7 @@ impl RedisStore {
         let mut reads = JoinSet::new();
         for (at, &day) in days.iter().enumerate() {
             let store = self.clone();
-            let key = keys::experiment_key(merchant, day);
+            let key = keys::experiment_key(tenant, merchant, day);
             reads.spawn(async move {
                 let key = key.as_str();
                 let read = store

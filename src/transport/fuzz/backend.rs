@@ -14,6 +14,7 @@ use crate::domain::ids::{CustomerId, MAX_FIELD_BYTES, MAX_ID_BYTES, MerchantId};
 use crate::domain::keys::{self, ADMISSION_KEY_PREFIX, CUSTOMER_KEY_PREFIX};
 use crate::domain::pin::{ScoreRatio, choose_pin, choose_pin_with};
 use crate::domain::rollout::{self, Mode};
+use crate::domain::tenant::Tenant;
 use crate::domain::text;
 use crate::storage::{NoAnswer, NotApplied, StorageError};
 use crate::transport::convert;
@@ -199,7 +200,7 @@ fn check_customer(merchant: &MerchantId, customer: &CustomerId) {
         assert!(!id.is_empty() && id.len() <= MAX_ID_BYTES && id == id.trim());
         assert_eq!(text::first_forbidden(id), None);
     }
-    let key = keys::customer_key(merchant, customer);
+    let key = keys::customer_key(&Tenant::DEFAULT, merchant, customer);
     assert!(!key.contains(['{', '}']), "a hash tag in a customer key");
     let (m, c) = key
         .strip_prefix(CUSTOMER_KEY_PREFIX)
@@ -207,7 +208,7 @@ fn check_customer(merchant: &MerchantId, customer: &CustomerId) {
         .expect("a customer key is prefix, merchant, '_', customer");
     assert_eq!(unescape(m), merchant.as_str());
     assert_eq!(unescape(c), customer.as_str());
-    let admission = keys::admission_key(merchant);
+    let admission = keys::admission_key(&Tenant::DEFAULT, merchant);
     let m = admission
         .strip_prefix(ADMISSION_KEY_PREFIX)
         .expect("an admission key starts with its prefix");

@@ -11,6 +11,7 @@ use fred::prelude::{Builder, ClientLike, Config, HashesInterface};
 use sticky_routing::domain::attempts::is_bookkeeping;
 use sticky_routing::domain::ids::{CustomerId, MerchantId};
 use sticky_routing::domain::keys::customer_key;
+use sticky_routing::domain::tenant::Tenant;
 use test_support::redis_server::{EXPORT_PASSWORD, EXPORT_USER};
 use tokio::io::AsyncWriteExt;
 
@@ -215,6 +216,7 @@ pub(crate) struct ModelState(pub BTreeMap<String, BTreeMap<String, i64>>);
 impl ModelState {
     pub fn apply(&mut self, merchant: &str, customer: &str, field: &str, delta: i64, cap: usize) {
         let key = customer_key(
+            &Tenant::DEFAULT,
             &MerchantId::parse(merchant).unwrap(),
             &CustomerId::parse(customer).unwrap(),
         )

@@ -11,6 +11,7 @@ use crate::domain::breaker::{
     BreakerSettings, BreakerState, Counts, Override, OverrideUntil, Tripped,
 };
 use crate::domain::keys::BREAKER_INDEX_KEY;
+use crate::domain::tenant::Tenant;
 use crate::storage::{
     BreakerTransition, ConnectorHealthRow, ConnectorSnapshot, ConnectorTally, IndexEntry,
 };
@@ -63,6 +64,7 @@ impl Harness {
     fn flush(&self, m: &str, tallies: &[ConnectorTally], now: i64) -> Vec<ConnectorSnapshot> {
         self.runtime
             .block_on(self.store.flush_breakers(
+                &Tenant::DEFAULT,
                 &merchant(m),
                 tallies,
                 now,
@@ -86,6 +88,7 @@ impl Harness {
     ) -> Option<Tripped> {
         self.runtime
             .block_on(self.store.transition_breaker(
+                &Tenant::DEFAULT,
                 &merchant(m),
                 c,
                 transition,
@@ -104,10 +107,13 @@ impl Harness {
 
     fn health(&self, m: &str, now: i64) -> Vec<ConnectorHealthRow> {
         self.runtime
-            .block_on(
-                self.store
-                    .breaker_health(&merchant(m), now, &settings(), deadline()),
-            )
+            .block_on(self.store.breaker_health(
+                &Tenant::DEFAULT,
+                &merchant(m),
+                now,
+                &settings(),
+                deadline(),
+            ))
             .unwrap()
     }
 
@@ -125,11 +131,15 @@ impl Harness {
 }
 
 fn counts_key(m: &str) -> String {
-    keys::breaker_counts_key(&merchant(m)).as_str().to_owned()
+    keys::breaker_counts_key(&Tenant::DEFAULT, &merchant(m))
+        .as_str()
+        .to_owned()
 }
 
 fn open_key(m: &str, c: &str) -> String {
-    keys::breaker_open_key(&merchant(m), c).as_str().to_owned()
+    keys::breaker_open_key(&Tenant::DEFAULT, &merchant(m), c)
+        .as_str()
+        .to_owned()
 }
 
 #[test]
@@ -455,11 +465,11 @@ fn the_index_sets_polls_prunes_and_keeps_its_ttl() {
     h.runtime.block_on(async {
         let store = &h.store;
         store
-            .index_trip(&m, "a", tripped, &s, deadline())
+            .index_trip(&Tenant::DEFAULT, &m, "a", tripped, &s, deadline())
             .await
             .unwrap();
         store
-            .set_override(&m, "a", Some(over), T0, deadline())
+            .set_override(&Tenant::DEFAULT, &m, "a", Some(over), T0, deadline())
             .await
             .unwrap();
         let closed = OverrideUntil {
@@ -467,7 +477,7 @@ fn the_index_sets_polls_prunes_and_keeps_its_ttl() {
             until_ms: T0 + 1_000,
         };
         store
-            .set_override(&n, "b", Some(closed), T0, deadline())
+            .set_override(&Tenant::DEFAULT, &n, "b", Some(closed), T0, deadline())
             .await
             .unwrap();
     });
@@ -480,12 +490,14 @@ fn the_index_sets_polls_prunes_and_keeps_its_ttl() {
         entries,
         vec![
             IndexEntry {
+                tenant: Tenant::DEFAULT,
                 merchant: "m".into(),
                 connector: "a".into(),
                 tripped: Some(tripped),
                 over: Some(over),
             },
             IndexEntry {
+                tenant: Tenant::DEFAULT,
                 merchant: "n".into(),
                 connector: "b".into(),
                 tripped: None,
@@ -515,7 +527,7 @@ fn the_index_sets_polls_prunes_and_keeps_its_ttl() {
     // being max(2W, OPEN_FOR).
     h.runtime.block_on(async {
         h.store
-            .set_override(&m, "a", None, now, deadline())
+            .set_override(&Tenant::DEFAULT, &m, "a", None, now, deadline())
             .await
             .unwrap();
     });
@@ -527,7 +539,10 @@ fn the_index_sets_polls_prunes_and_keeps_its_ttl() {
         failures: 1,
     };
     h.runtime
-        .block_on(h.store.index_trip(&m, "c", trip, &s, deadline()))
+        .block_on(
+            h.store
+                .index_trip(&Tenant::DEFAULT, &m, "c", trip, &s, deadline()),
+        )
         .unwrap();
     let ttl = h.pttl(BREAKER_INDEX_KEY);
     assert!((OPEN_FOR - 1_000..=OPEN_FOR).contains(&ttl), "{ttl}");
@@ -539,13 +554,13 @@ fn the_index_sets_polls_prunes_and_keeps_its_ttl() {
     h.runtime.block_on(async {
         let cleared = h
             .store
-            .index_clear_trip(&m, "c", t / 10, deadline())
+            .index_clear_trip(&Tenant::DEFAULT, &m, "c", t / 10, deadline())
             .await
             .unwrap();
         assert!(!cleared, "T = {} is no prefix match for {t}", t / 10);
         let cleared = h
             .store
-            .index_clear_trip(&m, "c", t, deadline())
+            .index_clear_trip(&Tenant::DEFAULT, &m, "c", t, deadline())
             .await
             .unwrap();
         assert!(cleared);
@@ -583,11 +598,11 @@ fn health_lists_trips_counts_and_overrides_in_bytewise_order() {
     };
     h.runtime.block_on(async {
         h.store
-            .index_trip(&m, "a", tripped, &s, deadline())
+            .index_trip(&Tenant::DEFAULT, &m, "a", tripped, &s, deadline())
             .await
             .unwrap();
         h.store
-            .set_override(&m, "Z", Some(over), now, deadline())
+            .set_override(&Tenant::DEFAULT, &m, "Z", Some(over), now, deadline())
             .await
             .unwrap();
     });
@@ -675,7 +690,7 @@ fn every_key_the_breaker_writes_has_a_ttl_within_the_bounds() {
             failures: 10,
         };
         h.store
-            .index_trip(&m, "a", tripped, &s, deadline())
+            .index_trip(&Tenant::DEFAULT, &m, "a", tripped, &s, deadline())
             .await
             .unwrap();
     });
@@ -705,10 +720,132 @@ fn every_key_the_breaker_writes_has_a_ttl_within_the_bounds() {
         until_ms: T0 + 3_600_000,
     };
     h.runtime
-        .block_on(h.store.set_override(&m, "a", Some(over), T0, deadline()))
+        .block_on(
+            h.store
+                .set_override(&Tenant::DEFAULT, &m, "a", Some(over), T0, deadline()),
+        )
         .unwrap();
     let ttl = h.pttl(BREAKER_INDEX_KEY);
     assert!((3_599_000..=3_600_000).contains(&ttl), "{ttl}");
+}
+
+#[test]
+fn a_tenants_breaker_is_its_own_and_every_key_it_writes_has_a_ttl() {
+    let h = Harness::new();
+    let s = settings();
+    let acme = Tenant::parse("acme").unwrap();
+    let m = merchant("m");
+    let b = s.bucket_of(T0);
+    // The default tenant's m/a sees a few calls; acme's m/a enough to trip.
+    h.flush("m", &[buckets("a", &[(b, 3, 0)])], T0);
+    let tripped = h.runtime.block_on(async {
+        let store = &h.store;
+        let flushed = store
+            .flush_breakers(
+                &acme,
+                &m,
+                &[buckets("a", &[(b, 20, 10)])],
+                T0,
+                &s,
+                deadline(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(flushed[0].window, counts(20, 10), "acme's own window");
+        let tripped = store
+            .transition_breaker(&acme, &m, "a", BreakerTransition::Trip, T0, &s, deadline())
+            .await
+            .unwrap()
+            .unwrap();
+        store
+            .index_trip(&acme, &m, "a", tripped, &s, deadline())
+            .await
+            .unwrap();
+        let over = OverrideUntil {
+            kind: Override::ForceClosed,
+            until_ms: T0 + 60_000,
+        };
+        store
+            .set_override(&acme, &m, "b", Some(over), T0, deadline())
+            .await
+            .unwrap();
+        tripped
+    });
+    assert_eq!(tripped.counts(), counts(20, 10));
+    // The default tenant's breaker of the same ids neither counted acme's
+    // calls nor tripped.
+    assert_eq!(h.snapshot("m", "a", T0 + 1).window, counts(3, 0));
+    assert_eq!(h.snapshot("m", "a", T0 + 1).tripped, None);
+
+    let acme_counts = keys::breaker_counts_key(&acme, &m);
+    let acme_open = keys::breaker_open_key(&acme, &m, "a");
+    assert_eq!(acme_counts, "sticky_brk_c{%Tacme_m}");
+    assert_eq!(acme_open, "sticky_brk_o{%Tacme_m}a");
+    let mut keys = h.breaker_keys();
+    keys.sort();
+    let mut expected = vec![
+        BREAKER_INDEX_KEY.to_owned(),
+        counts_key("m"),
+        acme_counts.as_str().to_owned(),
+        acme_open.as_str().to_owned(),
+    ];
+    expected.sort();
+    assert_eq!(keys, expected);
+    for key in &keys {
+        let ttl = h.pttl(key);
+        let bound = if key == BREAKER_INDEX_KEY {
+            60_000
+        } else if key.starts_with("sticky_brk_o") {
+            OPEN_FOR
+        } else {
+            HALF.max(OPEN_FOR)
+        };
+        assert!(
+            ttl > 0 && ttl <= bound,
+            "{key}: PTTL {ttl} not in (0, {bound}]"
+        );
+    }
+    assert!(h.pttl(acme_open.as_str()) > OPEN_FOR - 1_000);
+
+    // The shared index names acme's breakers with acme, and the default
+    // tenant's health has none of them.
+    let entries = h.poll(T0 + 1);
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    assert!(
+        entries
+            .iter()
+            .all(|e| e.tenant == acme && e.merchant == "m")
+    );
+    let default_rows = h.health("m", T0 + 1);
+    assert_eq!(default_rows.len(), 1);
+    assert_eq!(
+        (default_rows[0].state, default_rows[0].over),
+        (BreakerState::Closed, None)
+    );
+    let acme_rows = h
+        .runtime
+        .block_on(h.store.breaker_health(&acme, &m, T0 + 1, &s, deadline()))
+        .unwrap();
+    let states: Vec<_> = acme_rows
+        .iter()
+        .map(|r| (r.connector.as_str(), r.state))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            (
+                "a",
+                BreakerState::Open {
+                    until_ms: tripped.open_until_ms
+                }
+            ),
+            ("b", BreakerState::Closed),
+        ]
+    );
+    // Past their lifetimes, the poll prunes a tenant's entries as it does
+    // the default tenant's.
+    assert!(h.poll(T0 + 60_000).is_empty());
+    assert!(h.strings(BREAKER_INDEX_KEY).is_empty());
 }
 
 #[test]
@@ -720,6 +857,7 @@ fn a_stored_value_the_breaker_never_writes_stops_the_flush_unwritten() {
         let _: () = h.inspect.expire(&key, 100, None).await.unwrap();
     });
     let result = h.runtime.block_on(h.store.flush_breakers(
+        &Tenant::DEFAULT,
         &merchant("m"),
         &[buckets("a", &[(settings().bucket_of(T0), 1, 1)])],
         T0,
@@ -756,16 +894,25 @@ fn the_two_key_transition_runs_in_one_slot_on_cluster() {
             let b = s.bucket_of(T0);
             let tally = buckets("con{x}%", &[(b, 4, 4)]);
             store
-                .flush_breakers(&m, &[tally], T0, &s, deadline())
+                .flush_breakers(&Tenant::DEFAULT, &m, &[tally], T0, &s, deadline())
                 .await
                 .unwrap();
             let tripped = store
-                .transition_breaker(&m, "con{x}%", BreakerTransition::Trip, T0, &s, deadline())
+                .transition_breaker(
+                    &Tenant::DEFAULT,
+                    &m,
+                    "con{x}%",
+                    BreakerTransition::Trip,
+                    T0,
+                    &s,
+                    deadline(),
+                )
                 .await
                 .unwrap();
             assert_eq!(tripped.map(|t| t.counts()), Some(counts(4, 4)));
             let closed = store
                 .transition_breaker(
+                    &Tenant::DEFAULT,
                     &m,
                     "con{x}%",
                     BreakerTransition::Close {
@@ -779,13 +926,14 @@ fn the_two_key_transition_runs_in_one_slot_on_cluster() {
                 .unwrap();
             assert!(closed.is_some());
             let rows = store
-                .breaker_health(&m, T0 + OPEN_FOR, &s, deadline())
+                .breaker_health(&Tenant::DEFAULT, &m, T0 + OPEN_FOR, &s, deadline())
                 .await
                 .unwrap();
             assert!(rows.is_empty(), "{rows:?}");
         }
         store
             .index_trip(
+                &Tenant::DEFAULT,
                 &merchant("m"),
                 "c",
                 Tripped {
@@ -825,12 +973,27 @@ fn a_key_that_could_not_be_given_its_ttl_is_never_made() {
     h.runtime.block_on(async {
         let store = &h.store;
         let flushed = store
-            .flush_breakers(&m, &[buckets("a", &[(b, 1, 1)])], T0, &s, deadline())
+            .flush_breakers(
+                &Tenant::DEFAULT,
+                &m,
+                &[buckets("a", &[(b, 1, 1)])],
+                T0,
+                &s,
+                deadline(),
+            )
             .await
             .map(|_| ());
         assert!(is_permission(&flushed), "{flushed:?}");
         let tripped = store
-            .transition_breaker(&m, "a", BreakerTransition::Trip, T0, &s, deadline())
+            .transition_breaker(
+                &Tenant::DEFAULT,
+                &m,
+                "a",
+                BreakerTransition::Trip,
+                T0,
+                &s,
+                deadline(),
+            )
             .await
             .map(|_| ());
         assert!(is_permission(&tripped), "{tripped:?}");
@@ -839,7 +1002,9 @@ fn a_key_that_could_not_be_given_its_ttl_is_never_made() {
             calls: 1,
             failures: 1,
         };
-        let indexed = store.index_trip(&m, "a", tripped, &s, deadline()).await;
+        let indexed = store
+            .index_trip(&Tenant::DEFAULT, &m, "a", tripped, &s, deadline())
+            .await;
         assert!(is_permission(&indexed), "{indexed:?}");
     });
     assert!(h.breaker_keys().is_empty(), "{:?}", h.breaker_keys());

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::domain::keys::EXPERIMENT_FIELDS;
+use crate::domain::tenant::Tenant;
 use crate::storage::ExperimentCounts;
 
 const DAY: u32 = 20261202;
@@ -34,6 +35,7 @@ impl Harness {
         retention: Duration,
     ) -> Result<(), StorageError> {
         self.runtime.block_on(self.store.flush_experiment(
+            &Tenant::DEFAULT,
             &merchant(m),
             day,
             c,
@@ -44,7 +46,10 @@ impl Harness {
 
     fn read_exp(&self, m: &str, days: &[u32]) -> Vec<(u32, ExperimentCounts)> {
         self.runtime
-            .block_on(self.store.read_experiment(&merchant(m), days, deadline()))
+            .block_on(
+                self.store
+                    .read_experiment(&Tenant::DEFAULT, &merchant(m), days, deadline()),
+            )
             .unwrap()
     }
 
@@ -55,7 +60,9 @@ impl Harness {
 }
 
 fn exp_key(m: &str, day: u32) -> String {
-    keys::experiment_key(&merchant(m), day).as_str().to_owned()
+    keys::experiment_key(&Tenant::DEFAULT, &merchant(m), day)
+        .as_str()
+        .to_owned()
 }
 
 #[test]
@@ -113,6 +120,51 @@ fn flushes_add_into_the_days_hash_with_the_retention_as_ttl() {
 }
 
 #[test]
+fn a_tenants_flush_writes_its_own_keys_with_the_retention_as_ttl() {
+    let h = Harness::new();
+    let acme = Tenant::parse("acme").unwrap();
+    let m = merchant("m_1");
+    let ours = counts(&[("t:f:s", 3)]);
+    let theirs = counts(&[("t:f:s", 5), ("h:-:f", 2)]);
+    h.flush_exp("m_1", DAY, &ours, RETENTION).unwrap();
+    h.runtime
+        .block_on(
+            h.store
+                .flush_experiment(&acme, &m, DAY, &theirs, RETENTION, deadline()),
+        )
+        .unwrap();
+
+    let key = keys::experiment_key(&acme, &m, DAY);
+    assert_eq!(key, "sticky_exp_%Tacme_m%5F1_20261202");
+    let mut keys = h.experiment_keys();
+    keys.sort();
+    let mut expected = vec![exp_key("m_1", DAY), key.as_str().to_owned()];
+    expected.sort();
+    assert_eq!(keys, expected);
+    let retention_ms = RETENTION.as_millis() as i64;
+    for key in &keys {
+        let pttl = h.pttl(key);
+        assert!(
+            pttl > retention_ms - 60_000 && pttl <= retention_ms,
+            "{key}: {pttl}"
+        );
+    }
+    // Each tenant reads its own counts only.
+    assert_eq!(h.read_exp("m_1", &[DAY]), vec![(DAY, ours)]);
+    let read = h
+        .runtime
+        .block_on(h.store.read_experiment(&acme, &m, &[DAY], deadline()))
+        .unwrap();
+    assert_eq!(read, vec![(DAY, theirs)]);
+    let other = Tenant::parse("Acme").unwrap();
+    let read = h
+        .runtime
+        .block_on(h.store.read_experiment(&other, &m, &[DAY], deadline()))
+        .unwrap();
+    assert_eq!(read, vec![(DAY, ExperimentCounts::default())]);
+}
+
+#[test]
 fn no_counts_send_nothing_and_a_foreign_value_stops_the_flush_with_nothing_written() {
     let h = Harness::new();
     h.flush_exp("m", DAY, &ExperimentCounts::default(), RETENTION)
@@ -132,9 +184,12 @@ fn no_counts_send_nothing_and_a_foreign_value_stops_the_flush_with_nothing_writt
         "{flushed:?}"
     );
     assert_eq!(h.raw(&key)["t:f:s"], b"5".to_vec(), "nothing was added");
-    let read = h
-        .runtime
-        .block_on(h.store.read_experiment(&merchant("m"), &[DAY], deadline()));
+    let read = h.runtime.block_on(h.store.read_experiment(
+        &Tenant::DEFAULT,
+        &merchant("m"),
+        &[DAY],
+        deadline(),
+    ));
     assert!(
         matches!(read, Err(StorageError::ForeignValue { .. })),
         "{read:?}"
@@ -159,11 +214,14 @@ fn flushes_and_reads_work_on_cluster() {
         for (n, day) in days.iter().enumerate() {
             let c = counts(&[("t:f:s", n as u64 + 1), ("h:-:f", 1)]);
             store
-                .flush_experiment(&m, *day, &c, RETENTION, deadline())
+                .flush_experiment(&Tenant::DEFAULT, &m, *day, &c, RETENTION, deadline())
                 .await
                 .unwrap();
         }
-        let read = store.read_experiment(&m, &days, deadline()).await.unwrap();
+        let read = store
+            .read_experiment(&Tenant::DEFAULT, &m, &days, deadline())
+            .await
+            .unwrap();
         for (n, (day, c)) in read.iter().enumerate() {
             assert_eq!(*day, days[n]);
             assert_eq!(*c, counts(&[("t:f:s", n as u64 + 1), ("h:-:f", 1)]));

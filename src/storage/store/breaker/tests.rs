@@ -93,6 +93,8 @@ fn health_prefers_the_hashs_trip_and_drops_an_index_trip_it_closed() {
     let s = settings();
     let m = MerchantId::parse("m").unwrap();
     let other = MerchantId::parse("m2").unwrap();
+    let d = &Tenant::DEFAULT;
+    let acme = Tenant::parse("acme").unwrap();
     let pair = |f: String, v: &str| (f, v.to_owned());
     let counts = vec![
         pair("t:a".into(), "1000 20 10"),
@@ -101,14 +103,17 @@ fn health_prefers_the_hashs_trip_and_drops_an_index_trip_it_closed() {
         pair("x:b".into(), "900"),
     ];
     let index = vec![
-        pair(index_trip_field(&m, "a"), "999 1 1"),
-        pair(index_trip_field(&m, "b"), "900 5 5"),
-        pair(index_trip_field(&m, "c"), "1500 7 4"),
-        pair(index_trip_field(&other, "d"), "1500 7 4"),
-        pair(index_override_field(&m, "e"), "1200 open"),
-        pair(index_override_field(&m, "f"), "1100 closed"),
+        pair(index_trip_field(d, &m, "a"), "999 1 1"),
+        pair(index_trip_field(d, &m, "b"), "900 5 5"),
+        pair(index_trip_field(d, &m, "c"), "1500 7 4"),
+        pair(index_trip_field(d, &other, "d"), "1500 7 4"),
+        pair(index_override_field(d, &m, "e"), "1200 open"),
+        pair(index_override_field(d, &m, "f"), "1100 closed"),
+        // Another tenant's breakers of the same merchant id: not these.
+        pair(index_trip_field(&acme, &m, "g"), "1500 7 4"),
+        pair(index_override_field(&acme, &m, "c"), "1200 closed"),
     ];
-    let rows = health_rows(&m, &counts, &index, 1100, &s).unwrap();
+    let rows = health_rows(d, &m, &counts, &index, 1100, &s).unwrap();
     let names: Vec<&str> = rows.iter().map(|r| r.connector.as_str()).collect();
     // b: its index trip was closed (x = its T); f: its override is over.
     assert_eq!(names, ["a", "c", "e"]);
@@ -138,4 +143,39 @@ fn health_prefers_the_hashs_trip_and_drops_an_index_trip_it_closed() {
             until_ms: 1200
         })
     );
+}
+
+#[test]
+fn health_reads_only_the_calls_tenants_fields_of_the_shared_index() {
+    let s = settings();
+    let m = MerchantId::parse("m").unwrap();
+    let acme = Tenant::parse("acme").unwrap();
+    let pair = |f: String, v: &str| (f, v.to_owned());
+    let index = vec![
+        pair(index_trip_field(&Tenant::DEFAULT, &m, "a"), "1500 7 4"),
+        pair(index_trip_field(&acme, &m, "b"), "1500 9 9"),
+        pair(index_override_field(&acme, &m, "a"), "1200 open"),
+        pair(
+            index_trip_field(&Tenant::parse("globex").unwrap(), &m, "b"),
+            "1500 1 1",
+        ),
+    ];
+    let rows = health_rows(&acme, &m, &[], &index, 1100, &s).unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r.connector.as_str()).collect();
+    assert_eq!(names, ["a", "b"]);
+    // acme's `a` has only its override: the default tenant's trip of `a`
+    // is another breaker.
+    assert_eq!(rows[0].state, BreakerState::Closed);
+    assert_eq!(rows[0].over.map(|o| o.kind), Some(Override::ForceOpen));
+    assert_eq!(rows[1].state, BreakerState::Open { until_ms: 1500 });
+    assert_eq!(
+        rows[1].counts,
+        Counts {
+            calls: 9,
+            failures: 9
+        }
+    );
+    let rows = health_rows(&Tenant::DEFAULT, &m, &[], &index, 1100, &s).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!((rows[0].connector.as_str(), rows[0].over), ("a", None));
 }
