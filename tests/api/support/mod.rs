@@ -11,6 +11,7 @@ pub mod bulk;
 pub mod frames;
 pub mod held_calls;
 pub mod load;
+pub mod replay;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
