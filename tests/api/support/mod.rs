@@ -12,6 +12,7 @@ pub mod frames;
 pub mod held_calls;
 pub mod load;
 pub mod replay;
+pub mod replay_model;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -38,6 +38,14 @@ pub(crate) enum At {
 }
 
 impl At {
+    /// The time in Unix milliseconds, `None` when absent.
+    pub fn ms(self) -> Option<i64> {
+        match self {
+            Self::Absent => None,
+            Self::Unix(ms) | Self::Rfc3339 { ms, .. } => Some(ms),
+        }
+    }
+
     /// The cell's text (empty when absent).
     pub fn text(self) -> String {
         match self {
@@ -101,6 +109,20 @@ impl HistoryRow {
         } else {
             "gateway_failure"
         }
+    }
+
+    /// `{PM}:{PMT}:` of the row: its payment method and type upper-cased.
+    pub fn prefix(&self) -> String {
+        format!(
+            "{}:{}:",
+            self.method.trim().to_uppercase(),
+            self.method_type.trim().to_uppercase()
+        )
+    }
+
+    /// The hash field the row writes.
+    pub fn field(&self) -> String {
+        format!("{}{}", self.prefix(), self.connector)
     }
 
     fn count_text(&self) -> String {
@@ -461,4 +483,50 @@ pub(crate) fn assert_report(actual: &Report, expected: &Report) {
     for (got, want) in actual.merchants.iter().zip(&expected.merchants) {
         assert_figures(got, want, "merchant");
     }
+}
+
+/// The table's row for `name` (`(all)` or a merchant id): its attempts and
+/// its seven percentages (coverage, agreement, the three success rates by
+/// pin, observed, estimated), as numbers.
+pub(crate) fn table_row(stdout: &str, name: &str) -> (u64, Vec<f64>) {
+    let line = stdout
+        .lines()
+        .find(|line| line.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("no row for {name} in:\n{stdout}"));
+    let words: Vec<&str> = line.split_whitespace().filter(|w| *w != "%").collect();
+    let percents = words[2..].iter().map(|w| w.parse().unwrap()).collect();
+    (words[1].parse().unwrap(), percents)
+}
+
+/// Checks the table's row for `name` against `expected` (percentages to
+/// the one decimal the table shows).
+pub(crate) fn assert_table_row(stdout: &str, name: &str, expected: &Figures) {
+    let (attempts, percents) = table_row(stdout, name);
+    assert_eq!(attempts, expected.attempts, "{name}'s attempts:\n{stdout}");
+    let rates = [
+        expected.coverage,
+        expected.agreement,
+        expected.sr_followed,
+        expected.sr_not_followed,
+        expected.sr_no_pin,
+        expected.sr_observed,
+        expected.sr_estimated,
+    ];
+    assert_eq!(percents.len(), rates.len(), "{stdout}");
+    for (shown, rate) in percents.iter().zip(rates) {
+        assert!(
+            (shown - rate * 100.0).abs() <= 0.05 + 1e-9,
+            "{name}: {shown} % shown for {rate}:\n{stdout}"
+        );
+    }
+}
+
+/// The number of customers the table says still had habits at the end.
+pub(crate) fn customers_with_habits(stdout: &str) -> usize {
+    let words: Vec<&str> = stdout.split_whitespace().collect();
+    let at = words
+        .windows(3)
+        .position(|w| w[1..] == ["customers", "with"][..] && w[0].parse::<usize>().is_ok())
+        .unwrap_or_else(|| panic!("no customer count in:\n{stdout}"));
+    words[at].parse().unwrap()
 }
