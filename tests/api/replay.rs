@@ -1,6 +1,8 @@
 //! `sticky-routing replay` (contract v1.2 §5): the real binary and the
-//! replay library, against the running service and an independent model.
-//! Its harness is `support::replay` and `support::replay_model`.
+//! replay library, against the running service, an independent model and
+//! hand-computed histories. Its harness is `support::replay` and
+//! `support::replay_model`.
 
 mod model;
+mod rules;
 mod service;

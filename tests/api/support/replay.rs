@@ -103,6 +103,44 @@ pub(crate) struct HistoryRow {
 }
 
 impl HistoryRow {
+    /// A success of `customer` of `merchant` with card/credit through
+    /// `connector`, once, without an attempt id or `at`.
+    pub fn card(merchant: &str, customer: &str, connector: &str) -> Self {
+        Self {
+            merchant: merchant.into(),
+            customer: customer.into(),
+            method: "card".into(),
+            method_type: "credit".into(),
+            connector: connector.into(),
+            success: true,
+            count: 1,
+            attempt_id: None,
+            at: At::Absent,
+        }
+    }
+
+    pub fn failed(self) -> Self {
+        Self {
+            success: false,
+            ..self
+        }
+    }
+
+    pub fn at(self, at: At) -> Self {
+        Self { at, ..self }
+    }
+
+    pub fn times(self, count: u32) -> Self {
+        Self { count, ..self }
+    }
+
+    pub fn attempt(self, id: &str) -> Self {
+        Self {
+            attempt_id: Some(id.into()),
+            ..self
+        }
+    }
+
     pub fn outcome_word(&self) -> &'static str {
         if self.success {
             "success"
@@ -383,6 +421,19 @@ impl Tally {
                 }
             }
         }
+    }
+
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &Tally) {
+        self.attempts += other.attempts;
+        self.with_pin += other.with_pin;
+        self.followed += other.followed;
+        self.successes += other.successes;
+        self.followed_successes += other.followed_successes;
+        self.elsewhere_successes += other.elsewhere_successes;
+        self.no_pin_successes += other.no_pin_successes;
+        self.duplicates += other.duplicates;
+        self.bad_rows += other.bad_rows;
     }
 
     /// The figures §5 defines: rates as fractions, 0 where undefined.
