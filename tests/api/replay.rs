@@ -3,6 +3,7 @@
 //! hand-computed histories. Its harness is `support::replay` and
 //! `support::replay_model`.
 
+mod bad_rows;
 mod model;
 mod rules;
 mod service;
