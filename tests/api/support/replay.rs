@@ -187,6 +187,40 @@ impl HistoryRow {
             self.at.text()
         )
     }
+
+    /// The row as one JSON Lines object: `at` a number when written as Unix
+    /// seconds, a string when RFC 3339, absent when absent; `count` a
+    /// number.
+    pub fn jsonl(&self) -> String {
+        let mut object = serde_json::json!({
+            "merchant_id": self.merchant,
+            "customer_id": self.customer,
+            "payment_method": self.method,
+            "payment_method_type": self.method_type,
+            "connector": self.connector,
+            "outcome": self.outcome_word(),
+        });
+        if self.count != 1 {
+            object["count"] = self.count.into();
+        }
+        if let Some(id) = &self.attempt_id {
+            object["attempt_id"] = id.as_str().into();
+        }
+        match self.at {
+            At::Absent => format!("{object}\n"),
+            // The number written as the CSV cell is (`1772366400.250`), not
+            // as serde_json would print a float.
+            At::Unix(ms) => {
+                let text = object.to_string();
+                let open = text.strip_suffix('}').unwrap();
+                format!("{open},\"at\":{}}}\n", unix_seconds(ms))
+            }
+            at @ At::Rfc3339 { .. } => {
+                object["at"] = at.text().into();
+                format!("{object}\n")
+            }
+        }
+    }
 }
 
 /// The rows as a CSV file, header first.
@@ -196,6 +230,11 @@ pub(crate) fn csv(rows: &[HistoryRow]) -> String {
         text.push_str(&row.csv());
     }
     text
+}
+
+/// The rows as a JSON Lines file.
+pub(crate) fn jsonl(rows: &[HistoryRow]) -> String {
+    rows.iter().map(HistoryRow::jsonl).collect()
 }
 
 /// What a generated history looks like.
