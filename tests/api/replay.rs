@@ -6,5 +6,6 @@
 mod bad_rows;
 mod input;
 mod model;
+mod report;
 mod rules;
 mod service;
