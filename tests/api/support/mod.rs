@@ -11,6 +11,8 @@ pub mod bulk;
 pub mod frames;
 pub mod held_calls;
 pub mod load;
+pub mod replay;
+pub mod replay_model;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
