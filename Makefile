@@ -1,5 +1,5 @@
 # The README's two commands: `make run` and `make test`.
-.PHONY: run test lint ci bench bench-import bench-replay fuzz check-deploy deny loadtest
+.PHONY: run test test-valkey lint ci bench bench-import bench-replay fuzz check-deploy deny loadtest
 
 # The service against a local redis-server that it starts itself.
 run:
@@ -13,6 +13,18 @@ test:
 	scripts/ensure-redis.sh
 	cargo test --locked
 	cargo test --locked -p sticky-bench -p test-support
+
+# The tests that talk to Redis, again on Valkey (Debian's valkey-server, from
+# bookworm-backports on bookworm): the integration suite (single node,
+# Cluster, Sentinel, TLS) and the storage scripts' unit tests. The harness
+# starts whatever STICKY_TEST_REDIS_SERVER names (test-support's
+# redis_server::server_binary) and its sibling CLI. Nothing else differs
+# between the two servers, so lint, deny and the other unit tests run once.
+VALKEY_SERVER ?= valkey-server
+test-valkey:
+	scripts/ensure-valkey.sh
+	STICKY_TEST_REDIS_SERVER=$(VALKEY_SERVER) cargo test --locked --lib storage::
+	STICKY_TEST_REDIS_SERVER=$(VALKEY_SERVER) cargo test --locked --test api
 
 # The long fuzz of the gRPC edge (src/transport/fuzz.rs): a million cases
 # through decode, validation, key encoding and the answer, in release; no
@@ -46,7 +58,7 @@ deny:
 loadtest:
 	scripts/loadtest.sh
 
-ci: lint test check-deploy deny
+ci: lint test test-valkey check-deploy deny
 
 # The service against its transport and storage floors, on its own Redis;
 # prints a markdown table (bench/README.md explains it). The service is built

@@ -187,6 +187,48 @@ impl Bench {
     }
 }
 
+/// Only the memory rows (`sticky-bench --memory-only`): the same fill and
+/// `used_memory` reading as the full comparison's, on a server of their own,
+/// in a minute instead of half an hour. It is how the README's figures for
+/// Redis and Valkey side by side were measured (`--redis-server
+/// valkey-server`): a second full comparison would only repeat throughput
+/// rows that a server swap does not explain on this shared machine.
+pub async fn memory_only(
+    redis_server: &str,
+    out_dir: &std::path::Path,
+    customers: u64,
+    merchants: u64,
+) -> Result<Comparison, BoxError> {
+    std::fs::create_dir_all(out_dir)?;
+    let out_dir = out_dir.canonicalize()?;
+    let redis = procs::start_redis(redis_server, &out_dir).await?;
+    let probe = RedisProbe::connect(&format!("redis://{}", redis.addr)).await?;
+    let machine = format!("{}; Redis {}", machine(), probe.version().await?);
+    let mut memory = Vec::new();
+    for combos in [2, 30] {
+        eprintln!("memory: {customers} customers × {combos} combos");
+        let bytes = probe
+            .bytes_per_customer(customers, combos, merchants)
+            .await?;
+        memory.push(MemoryRow {
+            customers,
+            combos,
+            bytes_per_customer: bytes,
+        });
+    }
+    probe.quit().await;
+    drop(redis);
+    Ok(Comparison {
+        machine,
+        setup: "memory only".into(),
+        runs: Vec::new(),
+        round_trips: Vec::new(),
+        checks: Vec::new(),
+        service_peak_rss_bytes: 0,
+        memory,
+    })
+}
+
 /// Runs the whole comparison. Progress goes to stderr.
 pub async fn compare(mut spec: CompareSpec) -> Result<Comparison, BoxError> {
     std::fs::create_dir_all(&spec.out_dir)?;

@@ -95,15 +95,12 @@ impl RedisProbe {
         })
     }
 
-    /// The server's `redis_version`.
+    /// The server's name and version: `valkey 8.0.1`, or `redis_version`
+    /// alone for Redis. Valkey answers `redis_version:7.2.4` for clients
+    /// that check it, and names its own release in `valkey_version`.
     pub async fn version(&self) -> Result<String, BoxError> {
         let server: String = self.client.info(Some(InfoKind::Server)).await?;
-        Ok(server
-            .lines()
-            .find_map(|l| l.strip_prefix("redis_version:"))
-            .unwrap_or("unknown")
-            .trim()
-            .to_owned())
+        Ok(server_version(&server))
     }
 
     /// Empties the database, synchronously, so `used_memory` settles.
@@ -160,6 +157,19 @@ fn combo_field(combo: u64) -> Result<String, BoxError> {
     Ok(combo.field().to_owned())
 }
 
+/// [`RedisProbe::version`] from an `INFO server` reply.
+fn server_version(info: &str) -> String {
+    let value = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(|v| v.trim().to_owned())
+    };
+    match value("valkey_version") {
+        Some(valkey) => format!("valkey {valkey}"),
+        None => value("redis_version").unwrap_or_else(|| "unknown".to_owned()),
+    }
+}
+
 /// `cmdstat_evalsha:calls=12,usec=…` lines → {"evalsha": 12}.
 fn parse_commandstats(info: &str) -> BTreeMap<String, u64> {
     info.lines()
@@ -187,6 +197,17 @@ mod tests {
         cmdstat_info:calls=4,usec=80,usec_per_call=20.00,rejected_calls=0,failed_calls=0\r\n\
         cmdstat_hgetall:calls=7,usec=9,usec_per_call=1.29,rejected_calls=0,failed_calls=0\r\n\
         cmdstat_hincrby:calls=120,usec=9,usec_per_call=0.07,rejected_calls=0,failed_calls=0\r\n";
+
+    #[test]
+    fn valkey_is_named_by_its_own_version_not_its_redis_compatibility_one() {
+        let valkey =
+            "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.0.1\r\n";
+        assert_eq!(server_version(valkey), "valkey 8.0.1");
+        assert_eq!(
+            server_version("# Server\r\nredis_version:7.0.15\r\n"),
+            "7.0.15"
+        );
+    }
 
     #[test]
     fn commandstats_are_parsed_by_command() {

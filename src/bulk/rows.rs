@@ -47,6 +47,11 @@ pub enum Parsed {
 #[derive(Debug, Default)]
 pub struct Fields<'a> {
     values: [Option<&'a str>; COLUMN_COUNT],
+    /// The first cell that could not be read as text (a CSV cell that is
+    /// not UTF-8, a JSON value that is not a string): the row is bad, but
+    /// its other cells, its merchant id among them, are still read, so a
+    /// replay counts it for its merchant and `--merchant` can skip it.
+    unreadable: Option<String>,
 }
 
 /// How many columns a row may have.
@@ -72,8 +77,14 @@ const AT_AT: usize = 8;
 const TENANT_AT: usize = 9;
 
 impl<'a> Fields<'a> {
+    /// Why the row is bad before any value is checked: its first cell
+    /// that could not be read, else the first required column it lacks.
+    pub fn unusable(&self) -> Option<String> {
+        self.unreadable.clone().or_else(|| self.missing())
+    }
+
     /// The first required column the row lacks, as its reason.
-    pub fn missing(&self) -> Option<String> {
+    fn missing(&self) -> Option<String> {
         ALL_COLUMNS
             .iter()
             .zip(&self.values)
@@ -97,6 +108,11 @@ impl<'a> Fields<'a> {
             // no imported row.
             pin_connector: "",
         }
+    }
+
+    /// Whether the row has a `merchant_id` cell.
+    pub fn merchant_given(&self) -> bool {
+        self.values[0].is_some()
     }
 
     /// The `outcome` column's text (empty when absent).
@@ -137,7 +153,7 @@ impl Fields<'_> {
     /// The row as a validated command of `tenant` (else of its `tenant_id`
     /// cell's), or the reason it is bad.
     fn validate(&self, tenant: Option<&Tenant>) -> Result<(RecordCommand, u32), String> {
-        if let Some(missing) = self.missing() {
+        if let Some(missing) = self.unusable() {
             return Err(missing);
         }
         // The tenant first, as a call's header is checked before its body.
@@ -377,7 +393,9 @@ fn next_csv<R: Read, T>(
                     Ok(text) => fields.values[at] = Some(text),
                     Err(_) => {
                         let name = ALL_COLUMNS[at];
-                        return Some(Ok(read(line, Err(format!("{name}: not valid UTF-8")))));
+                        fields
+                            .unreadable
+                            .get_or_insert_with(|| format!("{name}: not valid UTF-8"));
                     }
                 }
             }
@@ -443,7 +461,11 @@ fn json_row<T>(
                 let which = NUMERIC.iter().position(|n| *n == at).unwrap_or_default();
                 *slot = Some(numbers[which].as_str());
             }
-            Some(_) => return read(line, Err(format!("{name}: must be a string"))),
+            Some(_) => {
+                fields
+                    .unreadable
+                    .get_or_insert_with(|| format!("{name}: must be a string"));
+            }
         }
     }
     read(line, Ok(&fields))

@@ -258,9 +258,12 @@ fn refused_inside_script(details: &str) -> bool {
 }
 
 /// Whether `message` is Redis's ACL refusal of a command: `NOPERM …`, or
-/// Redis 7.0's words for a command refused inside a script.
+/// the words for a command refused inside a script: Redis 7.0's, and Valkey
+/// 8's (`ERR ACL failure in script: User … has no permissions …`).
 pub(crate) fn is_acl_refusal(message: &str) -> bool {
-    message.starts_with("NOPERM") || message.contains("can't run this command")
+    message.starts_with("NOPERM")
+        || message.contains("can't run this command")
+        || message.contains("ACL failure in script")
 }
 
 /// The first word of an error: Redis's error code, when it is Redis's reply.

@@ -14,7 +14,7 @@
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
-use crate::redis_server::{RedisServer, ServerOptions, redis_cli};
+use crate::redis_server::{RedisServer, ServerOptions, cli_binary, redis_cli};
 use crate::wait::wait_for;
 
 /// The longest `redis-cli --cluster create` may take.
@@ -82,7 +82,8 @@ impl RedisCluster {
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        let mut create = std::process::Command::new("redis-cli")
+        let cli = cli_binary();
+        let mut create = std::process::Command::new(&cli)
             .arg("--cluster")
             .arg("create")
             .args(&addresses)
@@ -90,7 +91,7 @@ impl RedisCluster {
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .spawn()
-            .expect("redis-cli must be on PATH");
+            .unwrap_or_else(|e| panic!("{cli} must be on PATH: {e}"));
         // redis-cli waits for the nodes to agree with no bound of its own:
         // on a starved machine it once waited 23 minutes. A test fails
         // instead, well inside CI's time.
@@ -102,7 +103,7 @@ impl RedisCluster {
             if std::time::Instant::now() > deadline {
                 let _ = create.kill();
                 let _ = create.wait();
-                panic!("redis-cli --cluster create did not finish within {CREATE_WITHIN:?}");
+                panic!("{cli} --cluster create did not finish within {CREATE_WITHIN:?}");
             }
             std::thread::sleep(Duration::from_millis(50));
         };
@@ -110,10 +111,7 @@ impl RedisCluster {
         if let Some(mut out) = create.stdout.take() {
             let _ = std::io::Read::read_to_string(&mut out, &mut stdout);
         }
-        assert!(
-            status.success(),
-            "redis-cli --cluster create failed: {stdout}"
-        );
+        assert!(status.success(), "{cli} --cluster create failed: {stdout}");
         let cluster = Self {
             nodes,
             tls_ports,

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::redis_cluster::role;
 use crate::redis_server::{
-    RedisServer, SERVICE_PASSWORD, SERVICE_USER, ServerOptions, free_port, redis_cli,
+    RedisServer, SERVICE_PASSWORD, SERVICE_USER, ServerOptions, free_port, redis_cli, server_binary,
 };
 use crate::wait::wait_until;
 
@@ -64,13 +64,14 @@ impl RedisSentinel {
             ),
         )
         .unwrap();
-        let sentinel = Command::new("redis-server")
+        let server = server_binary();
+        let sentinel = Command::new(&server)
             .arg(&config)
             .arg("--sentinel")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("redis-server must be on PATH");
+            .unwrap_or_else(|e| panic!("{server} must be on PATH: {e}"));
         let set = Self {
             primary,
             replicas,

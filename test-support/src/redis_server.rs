@@ -5,6 +5,11 @@
 //! that user: the whole suite proves the documented ACL is enough. The
 //! export's read-only user has those of `deploy/redis-acl-export.txt`. The
 //! `default` user keeps full rights for the tests' own inspection.
+//!
+//! Which server runs is chosen in one place, [`server_binary`]: Debian's
+//! `redis-server` unless `STICKY_TEST_REDIS_SERVER` names another (CI's
+//! Valkey pass sets `valkey-server`), so the same suite proves the service on
+//! both. [`cli_binary`] follows it.
 
 use std::ffi::OsString;
 use std::net::{TcpListener, TcpStream};
@@ -21,6 +26,35 @@ pub const SERVICE_PASSWORD: &str = "test-only-password";
 pub const EXPORT_USER: &str = "sticky-routing-export";
 /// Its password; a test value, never a real one.
 pub const EXPORT_PASSWORD: &str = "test-only-export-password";
+
+/// The variable that names the server binary the harness starts.
+pub const SERVER_ENV: &str = "STICKY_TEST_REDIS_SERVER";
+/// The variable that names the CLI, when it is not the server's sibling.
+pub const CLI_ENV: &str = "STICKY_TEST_REDIS_CLI";
+
+/// The server binary every test starts (single node, cluster node and
+/// sentinel alike): `$STICKY_TEST_REDIS_SERVER`, or `redis-server`.
+pub fn server_binary() -> String {
+    std::env::var(SERVER_ENV)
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "redis-server".to_owned())
+}
+
+/// The CLI the harness inspects servers and creates clusters with:
+/// `$STICKY_TEST_REDIS_CLI`, or the server's sibling (`valkey-server` →
+/// `valkey-cli`, `/opt/x/redis-server` → `/opt/x/redis-cli`). redis-cli
+/// talks to Valkey too, but pairing them keeps a Valkey-only machine working.
+pub fn cli_binary() -> String {
+    if let Some(cli) = std::env::var(CLI_ENV).ok().filter(|c| !c.is_empty()) {
+        return cli;
+    }
+    let server = server_binary();
+    match server.strip_suffix("-server") {
+        Some(stem) => format!("{stem}-cli"),
+        None => "redis-cli".to_owned(),
+    }
+}
 
 /// The ACL rules docs/operations.md documents, as redis-server arguments.
 pub fn acl_rules() -> Vec<String> {
@@ -83,7 +117,10 @@ impl RedisServer {
                 };
             }
         }
-        panic!("could not start redis-server on a free port (is redis-server installed?)");
+        panic!(
+            "could not start {} on a free port (is it installed?)",
+            server_binary()
+        );
     }
 
     pub fn url(&self) -> String {
@@ -114,7 +151,11 @@ impl RedisServer {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        panic!("could not restart redis-server on port {}", self.port);
+        panic!(
+            "could not restart {} on port {}",
+            server_binary(),
+            self.port
+        );
     }
 
     /// Freezes (SIGSTOP) or thaws (SIGCONT) the server: it keeps its
@@ -134,14 +175,24 @@ impl Drop for RedisServer {
     }
 }
 
-/// Runs `redis-cli -p port args…` and returns its output.
+/// Runs `redis-cli -p port args…` ([`cli_binary`]) and returns its output.
 pub fn redis_cli(port: u16, args: &[&str]) -> String {
-    let output = Command::new("redis-cli")
+    let cli = cli_binary();
+    let output = Command::new(&cli)
         .args(["-h", "127.0.0.1", "-p", &port.to_string()])
         .args(args)
         .output()
-        .expect("redis-cli must be on PATH (apt-get install redis-server)");
+        .unwrap_or_else(|e| panic!("{cli} must be on PATH (scripts/ensure-redis.sh): {e}"));
     String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Whether the server on `port` is Valkey (`server_name:valkey` in INFO;
+/// Valkey also answers `redis_version`, so that field cannot tell). For the
+/// few tests whose set-up provokes a Redis-only behaviour.
+pub fn is_valkey(port: u16) -> bool {
+    redis_cli(port, &["info", "server"])
+        .lines()
+        .any(|line| line.trim_end() == "server_name:valkey")
 }
 
 /// The flags of a throwaway redis-server working in `dir`: loopback only,
@@ -170,7 +221,8 @@ fn spawn_redis(port: u16, options: &ServerOptions, dir: &Path) -> Option<Child> 
         "on".into(),
         format!(">{SERVICE_PASSWORD}"),
     ];
-    let mut child = Command::new("redis-server")
+    let server = server_binary();
+    let mut child = Command::new(&server)
         .args(listen)
         .args(throwaway_args(dir))
         .arg("--user")
@@ -182,7 +234,7 @@ fn spawn_redis(port: u16, options: &ServerOptions, dir: &Path) -> Option<Child> 
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("redis-server must be on PATH (apt-get install redis-server)");
+        .unwrap_or_else(|e| panic!("{server} must be on PATH (scripts/ensure-redis.sh): {e}"));
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
         if let Ok(Some(_)) = child.try_wait() {

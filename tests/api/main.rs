@@ -38,6 +38,7 @@ mod overload;
 mod permissions;
 mod priorities;
 mod record_outcome;
+mod replay;
 mod rollout;
 mod shutdown;
 mod telemetry;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use sticky_bench::cli::{WorkloadArgs, parse_duration};
-use sticky_bench::compare::{CompareSpec, compare};
+use sticky_bench::compare::{CompareSpec, compare, memory_only};
 use sticky_bench::otlp_sink::OtlpSink;
 use sticky_bench::overload::{OverloadSpec, overload};
 
@@ -51,6 +51,10 @@ struct Args {
     /// The service binary to measure (default: the one beside this).
     #[arg(long)]
     service_bin: Option<PathBuf>,
+    /// Only the Redis memory per customer, no service and no load: to
+    /// compare servers (`--redis-server valkey-server`).
+    #[arg(long, conflicts_with_all = ["quick", "overload"])]
+    memory_only: bool,
     /// Only the no-op and service runs, for A/B experiments.
     #[arg(long)]
     quick: bool,
@@ -163,6 +167,27 @@ async fn main() -> ExitCode {
 async fn run(args: Args) -> ExitCode {
     if args.overload {
         return overload_study(args).await;
+    }
+    if args.memory_only {
+        let measured = memory_only(
+            &args.redis_server,
+            &args.out,
+            args.memory_customers,
+            args.workload.merchants,
+        )
+        .await;
+        return match measured {
+            Ok(comparison) => {
+                let markdown = comparison.markdown();
+                println!("{markdown}");
+                write_reports(&args.out, "memory", &markdown, &comparison);
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("sticky-bench: {error}");
+                ExitCode::FAILURE
+            }
+        };
     }
     let spec = CompareSpec {
         duration: args.duration,

@@ -164,15 +164,12 @@ impl Catalog {
     }
 
     /// Reads one row's fields: the attempt, or why the row is bad. The
-    /// fields are checked in RecordOutcome's order, then `count`, then
-    /// `at`.
+    /// tenant comes first, then the merchant id, so that a bad row counts
+    /// for its merchant when that much of it is valid, and another tenant's
+    /// or merchant's row is skipped unread under `--tenant` or
+    /// `--merchant`; then an unreadable or missing cell, then the fields in
+    /// RecordOutcome's order, then `count`, then `at`.
     pub fn read(&mut self, fields: &Fields<'_>) -> Read {
-        if let Some(missing) = fields.missing() {
-            return Read::Bad {
-                reason: missing,
-                merchant: None,
-            };
-        }
         // The tenant first, as a call's header is checked before its body.
         let tenant = match fields.tenant_cell() {
             None => self.implied_tenant,
@@ -190,15 +187,35 @@ impl Catalog {
             return Read::Skipped;
         }
         let raw = fields.raw();
-        let merchant = match self.merchant_index(tenant, raw.merchant_id) {
-            Ok(Some(merchant)) => merchant,
-            Ok(None) => return Read::Skipped,
-            Err(invalid) => {
+        let merchant = match fields
+            .merchant_given()
+            .then(|| self.merchant_index(tenant, raw.merchant_id))
+        {
+            Some(Ok(Some(merchant))) => Some(merchant),
+            Some(Ok(None)) => return Read::Skipped,
+            // An unusable row's own reason comes first; a bad merchant id
+            // is the reason of a row that is otherwise whole.
+            Some(Err(invalid)) if fields.unusable().is_none() => {
                 return Read::Bad {
                     reason: invalid.to_string(),
                     merchant: None,
                 };
             }
+            Some(Err(_)) | None => None,
+        };
+        if let Some(unusable) = fields.unusable() {
+            return Read::Bad {
+                reason: unusable,
+                merchant,
+            };
+        }
+        // A row without a merchant id is unusable (missing), so this is
+        // never taken; it keeps a bad row from being counted as anyone's.
+        let Some(merchant) = merchant else {
+            return Read::Bad {
+                reason: "merchant_id: missing".to_owned(),
+                merchant: None,
+            };
         };
         let bad = |reason: String| Read::Bad {
             reason,

@@ -191,12 +191,15 @@ fn every_variant_has_its_own_kind_in_snake_case() {
 
 #[test]
 fn a_command_refused_inside_a_script_may_have_followed_writes() {
-    // Redis 7.0's words, then Redis 7.2's and Valkey's.
+    // Redis 7.0's words, then Redis 7.2's, then Valkey 8.0's (measured on
+    // Debian's valkey-server 8.0.1).
     for details in [
         "ERR The user executing the script can't run this command or subcommand script: \
          e8b02014deef4913a53a9c9e335b4732858d5f80, on @user_script:1.",
         "NOPERM User sticky-routing has no permissions to run the 'expire' command script: \
          e8b02014deef4913a53a9c9e335b4732858d5f80, on @user_script:71.",
+        "ERR ACL failure in script: User sticky-routing has no permissions to run the \
+         'expire' command script: e8b02014deef4913a53a9c9e335b4732858d5f80, on @user_script:1.",
     ] {
         assert!(
             matches!(

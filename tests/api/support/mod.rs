@@ -11,6 +11,8 @@ pub mod bulk;
 pub mod frames;
 pub mod held_calls;
 pub mod load;
+pub mod replay;
+pub mod replay_model;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -33,7 +35,7 @@ use tonic_health::pb::health_client::HealthClient;
 pub use test_support::redis_cluster::RedisCluster;
 pub use test_support::redis_sentinel::RedisSentinel;
 pub use test_support::redis_server::{
-    RedisServer, SERVICE_PASSWORD, SERVICE_USER, free_port, redis_cli,
+    RedisServer, SERVICE_PASSWORD, SERVICE_USER, free_port, is_valkey, redis_cli,
 };
 pub use test_support::signal::send_to_child;
 pub use test_support::wait::wait_for;
