@@ -486,3 +486,20 @@ fn a_failed_check_always_says_why() {
     let one = ConfigError::new(vec!["STICKY_ROUTING_KEY_TTL: bad".into()]);
     assert_eq!(one.problems, ["STICKY_ROUTING_KEY_TTL: bad"]);
 }
+
+#[test]
+fn the_tenants_list_is_read_and_a_bad_entry_is_reported_by_name() {
+    use crate::domain::tenant::{Tenant, TenantAllowlist};
+    assert_eq!(
+        Settings::load(None, &env(&[])).unwrap().tenants,
+        TenantAllowlist::ANY
+    );
+    let settings =
+        Settings::load(None, &env(&[("STICKY_ROUTING_TENANTS", " acme, ,Globex ")])).unwrap();
+    assert!(settings.tenants.allows(&Tenant::parse("Globex").unwrap()));
+    assert!(!settings.tenants.allows(&Tenant::parse("globex").unwrap()));
+    let err = Settings::load(None, &env(&[("STICKY_ROUTING_TENANTS", "acme,a.b")])).unwrap_err();
+    assert_eq!(err.problems.len(), 1, "{err}");
+    assert!(err.problems[0].contains("STICKY_ROUTING_TENANTS"), "{err}");
+    assert!(err.problems[0].contains("`a.b`"), "{err}");
+}
