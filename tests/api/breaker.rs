@@ -702,8 +702,12 @@ async fn with_the_breakers_shard_down_pins_go_on_and_fail_open_after_open_for() 
         unvetoed == 20
     })
     .await;
+    // OPEN_FOR counts from the last successful read, which came up to a
+    // poll (500 ms) before the freeze, later still when the machine is
+    // loaded (a CI run once saw 2.39 s): a second short of OPEN_FOR still
+    // shows the last known state held, not an at-once fail-open.
     assert!(
-        since.elapsed() >= open_for - Duration::from_millis(600),
+        since.elapsed() >= open_for - Duration::from_secs(1),
         "{waited:?}"
     );
     app.record(outcome(
