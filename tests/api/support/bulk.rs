@@ -89,8 +89,20 @@ pub(crate) async fn import_with(
     args: &[&str],
     stdin: Option<&[u8]>,
 ) -> Ran {
+    run_command("import", vars, args, stdin, Duration::from_secs(120)).await
+}
+
+/// Runs `sticky-routing COMMAND ARGS` with the settings `vars`, `stdin`
+/// piped in when given, and waits at most `within` for it to end.
+pub(crate) async fn run_command(
+    subcommand: &str,
+    vars: &[(&str, String)],
+    args: &[&str],
+    stdin: Option<&[u8]>,
+    within: Duration,
+) -> Ran {
     let mut command = service_binary(vars);
-    command.arg("import").args(args);
+    command.arg(subcommand).args(args);
     command.stdout(Stdio::piped()).stderr(Stdio::piped());
     if stdin.is_some() {
         command.stdin(Stdio::piped());
@@ -98,7 +110,7 @@ pub(crate) async fn import_with(
     let mut child = command.spawn().unwrap();
     if let Some(bytes) = stdin {
         let mut input = child.stdin.take().unwrap();
-        // An import refused before it reads (`-` without `--format`) may
+        // A command refused before it reads (`-` without `--format`) may
         // exit before the rows are written: a closed pipe is its answer,
         // which the caller checks, not a failure of the harness.
         match input.write_all(bytes).await {
@@ -107,9 +119,9 @@ pub(crate) async fn import_with(
         }
         drop(input);
     }
-    let output = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+    let output = tokio::time::timeout(within, child.wait_with_output())
         .await
-        .expect("the import ends")
+        .unwrap_or_else(|_| panic!("{subcommand} did not end within {within:?}"))
         .unwrap();
     Ran {
         code: output.status.code().unwrap_or(-1),

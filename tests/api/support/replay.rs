@@ -4,14 +4,12 @@
 //! defines them, to compare with what the command prints.
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
 use std::time::{Duration, UNIX_EPOCH};
 
 use serde::Deserialize;
-use tokio::io::AsyncWriteExt;
 
-use crate::support::bulk::{Ran, Rng};
-use crate::support::{free_port, service_binary};
+use crate::support::bulk::{Ran, Rng, run_command};
+use crate::support::free_port;
 
 /// Every column replay reads, `at` last.
 pub(crate) const REPLAY_HEADER: &str = "merchant_id,customer_id,payment_method,payment_method_type,connector,outcome,count,attempt_id,at\n";
@@ -358,36 +356,7 @@ pub(crate) fn no_redis_url() -> String {
 pub(crate) async fn replay(args: &[&str], vars: &[(&str, &str)], stdin: Option<&[u8]>) -> Ran {
     let mut all = vec![("STICKY_ROUTING_REDIS_URL", no_redis_url())];
     all.extend(vars.iter().map(|(k, v)| (*k, (*v).to_owned())));
-    let mut command = service_binary(&all);
-    command
-        .arg("replay")
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if stdin.is_some() {
-        command.stdin(Stdio::piped());
-    }
-    let mut child = command.spawn().unwrap();
-    if let Some(bytes) = stdin {
-        let mut input = child.stdin.take().unwrap();
-        // A replay refused before it reads (`-` without `--format`) may
-        // exit before the rows are written: the closed pipe is its answer,
-        // which the caller checks, not a failure of the harness.
-        match input.write_all(bytes).await {
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-            written => written.unwrap(),
-        }
-        drop(input);
-    }
-    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
-        .await
-        .expect("the replay ends")
-        .unwrap();
-    Ran {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
+    run_command("replay", &all, args, stdin, Duration::from_secs(60)).await
 }
 
 /// The `--json` report: exactly the contract's names, nothing else.
