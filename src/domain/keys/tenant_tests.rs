@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 
+use super::tests::hash_tag;
 use super::*;
 
 fn tenant(id: &str) -> Tenant {
@@ -18,17 +19,6 @@ fn merchant(id: &str) -> MerchantId {
 
 fn customer(id: &str) -> CustomerId {
     CustomerId::parse(id).unwrap()
-}
-
-/// The Redis Cluster hash tag of `key` (as in the default layout's tests).
-fn hash_tag(key: &str) -> &str {
-    key.find('{')
-        .and_then(|open| {
-            let rest = &key[open + 1..];
-            let close = rest.find('}')?;
-            (close > 0).then(|| &rest[..close])
-        })
-        .unwrap_or(key)
 }
 
 #[test]

@@ -123,7 +123,7 @@ fn merchant(id: &str) -> MerchantId {
 
 /// The Redis Cluster hash tag of `key`: what lies between its first `{`
 /// and the next `}`, when that is not empty; else the whole key.
-fn hash_tag(key: &str) -> &str {
+pub(super) fn hash_tag(key: &str) -> &str {
     key.find('{')
         .and_then(|open| {
             let rest = &key[open + 1..];
