@@ -57,6 +57,19 @@ impl Harness {
     fn experiment_keys(&self) -> Vec<String> {
         self.keys_matching("sticky_exp_*")
     }
+
+    /// Each of `keys` has [`RETENTION`] as its TTL, within the test's
+    /// minute.
+    fn assert_retention_ttls(&self, keys: &[String]) {
+        let retention_ms = RETENTION.as_millis() as i64;
+        for key in keys {
+            let pttl = self.pttl(key);
+            assert!(
+                pttl > retention_ms - 60_000 && pttl <= retention_ms,
+                "{key}: {pttl}"
+            );
+        }
+    }
 }
 
 fn exp_key(m: &str, day: u32) -> String {
@@ -105,14 +118,7 @@ fn flushes_add_into_the_days_hash_with_the_retention_as_ttl() {
     // Every key has the retention as its TTL, renewed by every write.
     let keys = h.experiment_keys();
     assert_eq!(keys.len(), 3, "{keys:?}");
-    let retention_ms = RETENTION.as_millis() as i64;
-    for key in &keys {
-        let pttl = h.pttl(key);
-        assert!(
-            pttl > retention_ms - 60_000 && pttl <= retention_ms,
-            "{key}: {pttl}"
-        );
-    }
+    h.assert_retention_ttls(&keys);
     h.flush_exp("m", DAY, &counts(&[("s:o:s", 1)]), Duration::from_secs(60))
         .unwrap();
     let pttl = h.pttl(&exp_key("m", DAY));
@@ -141,14 +147,7 @@ fn a_tenants_flush_writes_its_own_keys_with_the_retention_as_ttl() {
     let mut expected = vec![exp_key("m_1", DAY), key.as_str().to_owned()];
     expected.sort();
     assert_eq!(keys, expected);
-    let retention_ms = RETENTION.as_millis() as i64;
-    for key in &keys {
-        let pttl = h.pttl(key);
-        assert!(
-            pttl > retention_ms - 60_000 && pttl <= retention_ms,
-            "{key}: {pttl}"
-        );
-    }
+    h.assert_retention_ttls(&keys);
     // Each tenant reads its own counts only.
     assert_eq!(h.read_exp("m_1", &[DAY]), vec![(DAY, ours)]);
     let read = h
