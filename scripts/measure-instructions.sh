@@ -10,7 +10,11 @@
 #   LOAD_ARGS="--attempt-ids" adds sticky-load flags to the measured calls.
 #   KEEP_PROFILE=FILE keeps the callgrind profile, for callgrind_annotate.
 # Prints the instructions for 4,000 calls over 1,000 existing customers
-# (5 merchants, 4 combos, after a fill), one worker thread, a pool of 1.
+# (5 merchants, 4 combos, after a fill), one worker thread, a pool of 1,
+# and the heap allocations they made: calls to Rust's allocator entry points
+# (`__rust_alloc`, `__rust_alloc_zeroed`, `__rust_realloc`) in the same
+# profile, so background work over the same seconds (the breakers' and
+# experiments' flushes) is in both figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 call="${1:-record}"
@@ -46,3 +50,6 @@ callgrind_control -d "$service_pid" >/dev/null 2>&1
 total=$(grep -E '^summary:' "$dir/callgrind.out.1" | awk '{print $2}')
 if [ -n "${KEEP_PROFILE:-}" ]; then cp "$dir/callgrind.out.1" "$KEEP_PROFILE"; fi
 echo "$call: $total instructions for $calls calls ($((total / calls)) per call) in $service"
+allocations=$(python3 scripts/lib/callgrind_calls.py "$dir/callgrind.out.1" __rust_alloc __rust_alloc_zeroed __rust_realloc |
+  awk '{ n += $2 } END { print n }')
+echo "$call: $allocations heap allocations for $calls calls ($(awk -v a="$allocations" -v c="$calls" 'BEGIN { printf "%.1f", a / c }') per call)"

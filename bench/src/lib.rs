@@ -19,6 +19,7 @@
 
 pub mod cli;
 pub mod compare;
+pub mod cpu;
 pub mod noop;
 pub mod otlp_sink;
 pub mod overload;

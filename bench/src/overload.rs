@@ -333,6 +333,8 @@ mod tests {
             },
             statuses: BTreeMap::new(),
             late: 0,
+            cpu_us_per_call: None,
+            redis_cpu_us_per_call: None,
         };
         Step {
             factor,

@@ -29,6 +29,12 @@ pub struct Report {
     pub statuses: BTreeMap<String, u64>,
     /// Open loop: calls sent over 1 ms behind schedule.
     pub late: u64,
+    /// CPU (user + system, `/proc`) the server under test used per call:
+    /// the service or the no-op floor; `None` for the storage floor, which
+    /// runs inside the generator.
+    pub cpu_us_per_call: Option<f64>,
+    /// CPU Redis used per call over the same run.
+    pub redis_cpu_us_per_call: Option<f64>,
 }
 
 impl Report {
@@ -52,6 +58,18 @@ impl Report {
             },
             statuses: result.statuses.clone(),
             late: result.late,
+            cpu_us_per_call: None,
+            redis_cpu_us_per_call: None,
+        }
+    }
+
+    /// The same report with the CPU per call of the server and of Redis.
+    #[must_use]
+    pub fn with_cpu(self, server: Option<f64>, redis: Option<f64>) -> Self {
+        Self {
+            cpu_us_per_call: server,
+            redis_cpu_us_per_call: redis,
+            ..self
         }
     }
 
@@ -94,13 +112,17 @@ impl Report {
         out
     }
 
-    /// A markdown table row: name, req/s, p50, p90, p99, p99.9, errors.
+    /// A markdown table row: name, req/s, CPU µs per call of the server
+    /// and of Redis, ratio, p50, p90, p99, p99.9, errors.
     pub fn markdown_row(&self, ratio: &str) -> String {
         let l = &self.latency_ms;
+        let micros = |v: Option<f64>| v.map_or_else(|| "—".to_owned(), |v| format!("{v:.1}"));
         format!(
-            "| {} | {:.0} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
+            "| {} | {:.0} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
             self.name,
             self.rps,
+            micros(self.cpu_us_per_call),
+            micros(self.redis_cpu_us_per_call),
             ratio,
             l.p50,
             l.p90,
@@ -112,7 +134,7 @@ impl Report {
 }
 
 /// The header that goes with [`Report::markdown_row`].
-pub const MARKDOWN_HEADER: &str = "| run | req/s | ratio | p50 ms | p90 ms | p99 ms | p99.9 ms | errors |\n|---|---:|---:|---:|---:|---:|---:|---:|";
+pub const MARKDOWN_HEADER: &str = "| run | req/s | server CPU µs/call | Redis CPU µs/call | ratio | p50 ms | p90 ms | p99 ms | p99.9 ms | errors |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|";
 
 #[cfg(test)]
 mod tests {
@@ -153,7 +175,15 @@ mod tests {
         assert!(
             report
                 .markdown_row("1.00")
-                .starts_with("| x | 500 | 1.00 |")
+                .starts_with("| x | 500 | — | — | 1.00 |")
+        );
+        let measured = report.with_cpu(Some(12.34), Some(4.56));
+        assert!(
+            measured
+                .markdown_row("1.00")
+                .starts_with("| x | 500 | 12.3 | 4.6 | 1.00 |"),
+            "{}",
+            measured.markdown_row("1.00")
         );
     }
 }

@@ -25,11 +25,11 @@ struct Args {
     /// Unmeasured warm-up before each run.
     #[arg(long, value_parser = parse_duration, default_value = "2s")]
     warmup: Duration,
-    /// Concurrent workers.
-    #[arg(short = 'c', long, default_value_t = 50)]
+    /// Concurrent workers: calls in flight.
+    #[arg(short = 'c', long, default_value_t = 128)]
     concurrency: usize,
-    /// HTTP/2 connections the workers share (default: 1; the overload
-    /// study: 4, as several orchestrator pods would open).
+    /// HTTP/2 connections the workers share (default: 4, as several
+    /// orchestrator pods would open).
     #[arg(long)]
     connections: Option<usize>,
     /// Redis pool size of the service and of the storage floor.
@@ -193,7 +193,7 @@ async fn run(args: Args) -> ExitCode {
         duration: args.duration,
         warmup: args.warmup,
         concurrency: args.concurrency,
-        connections: args.connections.unwrap_or(1),
+        connections: args.connections.unwrap_or(4),
         pool_size: args.pool_size,
         worker_threads: args.worker_threads,
         workload: args.workload,
