@@ -1,5 +1,5 @@
 # The README's two commands: `make run` and `make test`.
-.PHONY: run test test-valkey lint ci bench bench-import bench-replay fuzz check-deploy deny loadtest
+.PHONY: run test test-valkey lint ci bench bench-import bench-replay bench-tracing fuzz check-deploy deny loadtest
 
 # The service against a local redis-server that it starts itself.
 run:
@@ -79,6 +79,12 @@ ifdef OVERLOAD
 else
 	target/release/sticky-bench $(BENCH_ARGS)
 endif
+
+# What tracing costs: service CPU per call with no OTLP endpoint, with one
+# and nothing sampled, and with one in ten traces kept; `sticky-bench
+# --quick` runs, interleaved (scripts/bench-tracing.sh; ROUNDS, DURATION).
+bench-tracing:
+	scripts/bench-tracing.sh
 
 # `sticky-routing import` against a fresh local redis-server, and its floor
 # (the same script driven by redis-benchmark); a markdown table of medians

@@ -86,10 +86,13 @@ pub fn init(settings: &TelemetrySettings) -> Result<TelemetryGuard, TelemetryErr
         Some(provider) => {
             let spans = tracing_subscriber::filter::Targets::new()
                 .with_target(traces::SPAN_TARGET, tracing::Level::TRACE);
-            let _ = registry
+            let installed = registry
                 .with(log_lines(settings.log_format).with_filter(logs_only))
                 .with(traces::layer(provider).with_filter(spans))
                 .try_init();
+            if let (Ok(()), Some(trace_settings)) = (installed, &settings.traces) {
+                traces::sample_before_building(trace_settings.sampler);
+            }
         }
     }
     Ok(TelemetryGuard { provider })

@@ -287,6 +287,104 @@ async fn spans_reach_a_collector_over_otlp_and_continue_the_callers_trace() {
     child.kill().await.unwrap();
 }
 
+/// The sample is decided before a span is built, with the configured
+/// sampler: a caller's "not sampled" is followed, about half of the traces
+/// the service starts are kept at ratio 0.5, and each kept one has the
+/// trace id the SDK's own ratio sampler keeps (the id it was sampled on),
+/// with its Redis span under it.
+#[tokio::test]
+async fn only_the_calls_the_sampler_keeps_are_traced_and_they_keep_their_trace_id() {
+    use opentelemetry::trace::{SpanKind as OtelKind, TraceId};
+    use opentelemetry_sdk::trace::{Sampler, SamplingDecision, ShouldSample};
+
+    let redis = RedisServer::start();
+    let (endpoint, mut received) = start_collector().await;
+    let (mut child, channel) = start_binary_listening(
+        redis.url(),
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
+            ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio".into()),
+            ("OTEL_TRACES_SAMPLER_ARG", "0.5".into()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100".into()),
+        ],
+        Stdio::null(),
+    )
+    .await;
+    let mut api = StickyRoutingClient::new(channel);
+    let roots = 200;
+    for _ in 0..roots {
+        api.get_pin(pin_request(CUSTOMER, &[])).await.unwrap();
+    }
+    let unsampled: Vec<String> = (1..=20u128).map(|t| format!("{t:032x}")).collect();
+    for trace in &unsampled {
+        let traceparent = format!("00-{trace}-{CALLER_SPAN_ID}-00");
+        api.get_pin(with_metadata(
+            pin_request(CUSTOMER, &[]),
+            &[("traceparent", traceparent)],
+        ))
+        .await
+        .unwrap();
+    }
+    // Last, a call the caller sampled: once its span is in, every earlier
+    // one has had its chance to arrive (one exporter, spans in order).
+    let traceparent = format!("00-{TRACE_ID}-{CALLER_SPAN_ID}-01");
+    api.get_pin(with_metadata(
+        pin_request(CUSTOMER, &[]),
+        &[("traceparent", traceparent)],
+    ))
+    .await
+    .unwrap();
+    let rpc = "sticky_routing.v1.StickyRouting/GetPin";
+    let mut spans = spans_until(&mut received, |spans| {
+        spans
+            .iter()
+            .any(|(_, s)| s.name == rpc && hex(&s.trace_id) == TRACE_ID)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    while let Ok(span) = received.try_recv() {
+        spans.push(span);
+    }
+
+    let pins: Vec<&Span> = spans
+        .iter()
+        .map(|(_, s)| s)
+        .filter(|s| s.name == rpc)
+        .collect();
+    let roots_kept: Vec<&&Span> = pins
+        .iter()
+        .filter(|s| s.parent_span_id.is_empty())
+        .collect();
+    assert!(
+        (60..=140).contains(&roots_kept.len()),
+        "{} of {roots} root calls kept at ratio 0.5",
+        roots_kept.len()
+    );
+    let sdk = Sampler::TraceIdRatioBased(0.5);
+    for span in &roots_kept {
+        let id = TraceId::from_hex(&hex(&span.trace_id)).unwrap();
+        let decision = sdk
+            .should_sample(None, id, rpc, &OtelKind::Server, &[], &[])
+            .decision;
+        assert_eq!(decision, SamplingDecision::RecordAndSample, "trace {id}");
+    }
+    for span in &pins {
+        assert!(
+            !unsampled.contains(&hex(&span.trace_id)),
+            "the caller did not sample trace {}",
+            hex(&span.trace_id)
+        );
+    }
+    // 1 + the roots kept: the caller's sampled call is the only other one.
+    assert_eq!(pins.len(), roots_kept.len() + 1);
+    let redis_spans = spans
+        .iter()
+        .filter(|(_, s)| s.name == "read_combos")
+        .count();
+    assert_eq!(redis_spans, pins.len(), "one Redis span per kept GetPin");
+    child.kill().await.unwrap();
+}
+
 /// Reads the binary's stderr as it comes, so that a chatty binary never
 /// blocks on a full pipe; the text arrives once the binary exits.
 fn read_stderr(child: &mut Child) -> tokio::task::JoinHandle<String> {

@@ -54,19 +54,12 @@ pub(super) struct Timed<'a> {
 impl<'a> Timed<'a> {
     pub(super) fn start(metrics: &'a Metrics, command: RedisCommand, deadline: Instant) -> Self {
         // The readiness check belongs to no call: a span would start a trace
-        // of its own twice a second.
+        // of its own twice a second. Background work (the breakers' flush,
+        // transitions and index poll, the experiments' flush) has no RPC
+        // span around it, and `redis_span` builds nothing without one; an
+        // admin RPC's index write has one, and is traced under it.
         let span = match command {
             RedisCommand::Ping | RedisCommand::PermissionProbe => tracing::Span::none(),
-            // The breaker's background task (flush, transitions, index
-            // poll, every 500 ms) belongs to no call either; an admin RPC's
-            // index write does, and is traced under it.
-            RedisCommand::BreakerFlush
-            | RedisCommand::BreakerTransition
-            | RedisCommand::BreakerIndex
-                if tracing::Span::current().is_none() =>
-            {
-                tracing::Span::none()
-            }
             _ => traces::redis_span(command.label()),
         };
         Self {
