@@ -155,7 +155,14 @@ fn check_id<'a>(raw: &'a str, field: &str) -> Result<&'a str, InvalidInput> {
 }
 
 fn parse_method_part(raw: &str, field: &str) -> Result<String, InvalidInput> {
-    let part = trim_blanks(raw, field)?.to_uppercase();
+    let trimmed = trim_blanks(raw, field)?;
+    // The same result for ASCII, without the Unicode case tables: this runs
+    // twice on every call.
+    let part = if trimmed.is_ascii() {
+        trimmed.to_ascii_uppercase()
+    } else {
+        trimmed.to_uppercase()
+    };
     if part.is_empty() {
         return Err(InvalidInput::new(field, "must not be empty"));
     }

@@ -425,15 +425,25 @@ fn unescape(escaped: &str, escape_underscore: bool) -> Option<String> {
 }
 
 fn escape_into(out: &mut String, id: &str, escape_underscore: bool) {
-    for ch in id.chars() {
-        match ch {
-            '%' => out.push_str("%25"),
-            '{' => out.push_str("%7B"),
-            '}' => out.push_str("%7D"),
-            '_' if escape_underscore => out.push_str("%5F"),
-            other => out.push(other),
-        }
+    // By runs of bytes, not by characters: every byte escaped is ASCII, so
+    // the runs between them are whole UTF-8 sequences, copied at once.
+    let mut rest = id;
+    while let Some(at) = rest
+        .bytes()
+        .position(|b| matches!(b, b'%' | b'{' | b'}') || (escape_underscore && b == b'_'))
+    {
+        let (run, tail) = rest.split_at(at);
+        out.push_str(run);
+        let mut tail = tail.chars();
+        out.push_str(match tail.next() {
+            Some('%') => "%25",
+            Some('{') => "%7B",
+            Some('}') => "%7D",
+            _ => "%5F",
+        });
+        rest = tail.as_str();
     }
+    out.push_str(rest);
 }
 
 #[cfg(test)]
