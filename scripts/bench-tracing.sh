@@ -10,14 +10,16 @@
 # over the run ÷ calls) and its ratio to `off`, plus the same ratio taken on
 # service ÷ no-op (each run's own floor cancels machine drift).
 #
-# ROUNDS (3), DURATION (5s), SERVICE_BIN (the release build) change the run.
+# ROUNDS (3), DURATION (5s), SERVICE_BIN (a service binary to measure
+# instead of this checkout's release build; A/B two builds with it) change
+# the run; BENCH_BUILT=1 skips building the bench kit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5s}
 scripts/ensure-redis.sh
-cargo build --release --locked >/dev/null
-cargo build --release --locked -p sticky-bench >/dev/null
+if [ -z "${SERVICE_BIN:-}" ]; then cargo build --release --locked >/dev/null; fi
+if [ -z "${BENCH_BUILT:-}" ]; then cargo build --release --locked -p sticky-bench >/dev/null; fi
 bin=${SERVICE_BIN:-target/release/sticky-routing}
 out=target/bench/tracing
 mkdir -p "$out"

@@ -9,6 +9,9 @@
 #   default: record, target/release/sticky-routing
 #   LOAD_ARGS="--attempt-ids" adds sticky-load flags to the measured calls.
 #   KEEP_PROFILE=FILE keeps the callgrind profile, for callgrind_annotate.
+#   TRACE_SAMPLE=R exports traces to a span sink (sticky-sink) with
+#     OTEL_TRACES_SAMPLER=traceidratio and argument R: what tracing costs
+#     (0: an endpoint, nothing sampled).
 # Prints the instructions for 4,000 calls over 1,000 existing customers
 # (5 merchants, 4 combos, after a fill), one worker thread, a pool of 1,
 # and the heap allocations they made: calls to Rust's allocator entry points
@@ -29,7 +32,17 @@ load=target/release/sticky-load
 redis_port=$(free_port); grpc_port=$(free_port); metrics_port=$(free_port)
 dir=$(mktemp -d)
 start_redis "$redis_port" "$dir"
-env STICKY_ROUTING_LISTEN_ADDR="127.0.0.1:$grpc_port" STICKY_ROUTING_METRICS_ADDR="127.0.0.1:$metrics_port" \
+tracing=()
+if [ -n "${TRACE_SAMPLE:-}" ]; then
+  # The sink reads its stdin until it closes: a pipe this shell holds open.
+  mkfifo "$dir/sink.in"
+  target/release/sticky-sink <"$dir/sink.in" >"$dir/sink.out" 2>"$dir/sink.err" &
+  exec 3>"$dir/sink.in"
+  for _ in $(seq 1 100); do [ -s "$dir/sink.out" ] && break; sleep 0.1; done
+  tracing=(OTEL_EXPORTER_OTLP_ENDPOINT="$(head -1 "$dir/sink.out")" OTEL_TRACES_SAMPLER=traceidratio
+    OTEL_TRACES_SAMPLER_ARG="$TRACE_SAMPLE" OTEL_BSP_SCHEDULE_DELAY=200)
+fi
+env "${tracing[@]}" STICKY_ROUTING_LISTEN_ADDR="127.0.0.1:$grpc_port" STICKY_ROUTING_METRICS_ADDR="127.0.0.1:$metrics_port" \
   STICKY_ROUTING_HEALTH_LISTEN_ADDR=off \
   STICKY_ROUTING_REDIS_URL="redis://127.0.0.1:$redis_port" STICKY_ROUTING_WORKER_THREADS=1 \
   STICKY_ROUTING_REDIS_POOL_SIZE=1 \
@@ -49,6 +62,11 @@ callgrind_control -z "$service_pid" >/dev/null 2>&1
 callgrind_control -d "$service_pid" >/dev/null 2>&1
 total=$(grep -E '^summary:' "$dir/callgrind.out.1" | awk '{print $2}')
 if [ -n "${KEEP_PROFILE:-}" ]; then cp "$dir/callgrind.out.1" "$KEEP_PROFILE"; fi
+if [ -n "${TRACE_SAMPLE:-}" ]; then
+  exec 3>&-
+  for _ in $(seq 1 50); do [ -s "$dir/sink.err" ] && break; sleep 0.1; done
+  echo "$call: traces sampled at ${TRACE_SAMPLE}; the sink's $(cat "$dir/sink.err")"
+fi
 echo "$call: $total instructions for $calls calls ($((total / calls)) per call) in $service"
 allocations=$(python3 scripts/lib/callgrind_calls.py "$dir/callgrind.out.1" __rust_alloc __rust_alloc_zeroed __rust_realloc |
   awk '{ n += $2 } END { print n }')

@@ -1,8 +1,10 @@
 //! The service's metrics.
 //!
 //! They are OpenTelemetry instruments exported in Prometheus text format
-//! on `/metrics`. Each [`Metrics`] owns its own registry, so tests that run
-//! several services in one process see only their own numbers.
+//! on `/metrics`, except the four that every call records, which are the
+//! prometheus crate's atomic instruments in the same registry
+//! ([`super::hot`]). Each [`Metrics`] owns its own registry, so tests that
+//! run several services in one process see only their own numbers.
 //!
 //! Every label value comes from a fixed set named in this file or in the
 //! storage and domain enums it is given (`&'static str`, or an enum): no
@@ -14,11 +16,12 @@
 use std::time::Duration;
 
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Counter, Gauge, Histogram, MeterProvider};
+use opentelemetry::metrics::{Counter, Gauge, MeterProvider};
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use prometheus::{Encoder, TextEncoder};
 use tokio::net::TcpListener;
 
+use super::hot::{HotInstruments, HotSpec};
 use super::outcomes::{PinOutcome, WriteOutcome};
 use crate::domain::admission::AdmissionRefusal;
 use crate::domain::breaker::VetoReason;
@@ -75,6 +78,21 @@ const REDIS_LATENCY_BUCKETS: &[f64] = &[
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
     2.5,
 ];
+
+/// The hot instruments' help and buckets, as `/metrics` has always shown them.
+const HOT_SPEC: HotSpec<'static> = HotSpec {
+    rpc_help: "Time to answer each RPC, by method and gRPC code",
+    rpc_buckets: LATENCY_BUCKETS,
+    redis_help: "Time of each Redis call made for an RPC or the readiness check, from \
+                 handing it to the Redis client to its answer, whatever the answer, by \
+                 command: read_combos, read_habits, forget, record_success, \
+                 record_failure, admit, ping, permission_probe, breaker_flush, \
+                 breaker_transition, breaker_index, breaker_health, experiment_flush, \
+                 experiment_read",
+    redis_buckets: REDIS_LATENCY_BUCKETS,
+    pins_help: "GetPin answers by outcome: pinned, no_habit, invalid, error",
+    writes_help: "RecordOutcome answers by outcome: applied, no_habit, not_admitted, invalid, error",
+};
 
 /// What a Redis call the service makes is for: the `command` label of
 /// `sticky_routing_redis_command_duration_seconds`, and the `script` label
@@ -232,15 +250,10 @@ impl Refusal {
 pub struct Metrics {
     registry: prometheus::Registry,
     provider: SdkMeterProvider,
-    pins: Counter<u64>,
-    writes: Counter<u64>,
+    /// The RPC and Redis latencies and the pin and write outcomes.
+    hot: HotInstruments,
     pruned_fields: Counter<u64>,
     refused: Counter<u64>,
-    rpc_duration: Histogram<f64>,
-    redis_duration: Histogram<f64>,
-    /// `command` labels, one per [`RedisCommand`] at its index: built once,
-    /// since every Redis call records one.
-    redis_command_labels: [KeyValue; RedisCommand::ALL.len()],
     redis_errors: Counter<u64>,
     noscript_fallbacks: Counter<u64>,
     admission_refusals: Counter<u64>,
@@ -283,16 +296,9 @@ impl Metrics {
             .build()
             .record(1, &[KeyValue::new("version", env!("CARGO_PKG_VERSION"))]);
         Ok(Self {
-            pins: meter
-                .u64_counter("sticky_routing_pins")
-                .with_description("GetPin answers by outcome: pinned, no_habit, invalid, error")
-                .build(),
-            writes: meter
-                .u64_counter("sticky_routing_writes")
-                .with_description(
-                    "RecordOutcome answers by outcome: applied, no_habit, not_admitted, invalid, error",
-                )
-                .build(),
+            hot: HotInstruments::register(&registry, &HOT_SPEC).map_err(|error| {
+                opentelemetry_sdk::error::OTelSdkError::InternalFailure(error.to_string())
+            })?,
             pruned_fields: meter
                 .u64_counter("sticky_routing_pruned_fields")
                 .with_description("Combo fields removed by the per-customer cap")
@@ -304,27 +310,6 @@ impl Metrics {
                      over_size) and by the call's class (pin, feedback, admin, low)",
                 )
                 .build(),
-            rpc_duration: meter
-                .f64_histogram("sticky_routing_rpc_duration")
-                .with_unit("s")
-                .with_description("Time to answer each RPC, by method and gRPC code")
-                .with_boundaries(LATENCY_BUCKETS.to_vec())
-                .build(),
-            redis_duration: meter
-                .f64_histogram("sticky_routing_redis_command_duration")
-                .with_unit("s")
-                .with_description(
-                    "Time of each Redis call made for an RPC or the readiness check, from \
-                     handing it to the Redis client to its answer, whatever the answer, by \
-                     command: read_combos, read_habits, forget, record_success, \
-                     record_failure, admit, ping, permission_probe, breaker_flush, \
-                     breaker_transition, breaker_index, breaker_health, experiment_flush, \
-                     experiment_read",
-                )
-                .with_boundaries(REDIS_LATENCY_BUCKETS.to_vec())
-                .build(),
-            redis_command_labels: RedisCommand::ALL
-                .map(|command| KeyValue::new("command", command.label())),
             redis_errors: meter
                 .u64_counter("sticky_routing_redis_errors")
                 .with_description(
@@ -413,13 +398,13 @@ impl Metrics {
     }
 
     pub fn pin(&self, outcome: PinOutcome) {
-        self.pins
-            .add(1, &[KeyValue::new("outcome", outcome.label())]);
+        let slot = PinOutcome::ALL.iter().position(|o| *o == outcome);
+        self.hot.pin(slot, outcome.label());
     }
 
     pub fn write(&self, outcome: WriteOutcome) {
-        self.writes
-            .add(1, &[KeyValue::new("outcome", outcome.label())]);
+        let slot = WriteOutcome::ALL.iter().position(|o| *o == outcome);
+        self.hot.write(slot, outcome.label());
     }
 
     pub fn pruned(&self, fields: u32) {
@@ -440,21 +425,18 @@ impl Metrics {
     }
 
     pub fn rpc(&self, method: &'static str, code: tonic::Code, took: Duration) {
-        self.rpc_duration.record(
+        self.hot.rpc(
+            method,
+            code as usize,
+            canonical_name(code),
             took.as_secs_f64(),
-            &[
-                KeyValue::new("rpc", method),
-                KeyValue::new("code", canonical_name(code)),
-            ],
         );
     }
 
     /// One Redis call of `command`, answered (or abandoned) after `took`.
-    /// No allocation: the label is built once, in [`Self::new`].
     pub fn redis_command(&self, command: RedisCommand, took: Duration) {
-        let label = &self.redis_command_labels[command as usize];
-        self.redis_duration
-            .record(took.as_secs_f64(), std::slice::from_ref(label));
+        self.hot
+            .redis(command as usize, command.label(), took.as_secs_f64());
     }
 
     /// One failed Redis call; `kind` is `StorageError::kind`, a word from a

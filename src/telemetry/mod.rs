@@ -7,6 +7,7 @@
 //! they would make the number of series unbounded.
 
 mod failures;
+mod hot;
 mod ids;
 mod metrics;
 mod outcomes;
