@@ -46,7 +46,7 @@ env "${tracing[@]}" STICKY_ROUTING_LISTEN_ADDR="127.0.0.1:$grpc_port" STICKY_ROU
   STICKY_ROUTING_HEALTH_LISTEN_ADDR=off \
   STICKY_ROUTING_REDIS_URL="redis://127.0.0.1:$redis_port" STICKY_ROUTING_WORKER_THREADS=1 \
   STICKY_ROUTING_REDIS_POOL_SIZE=1 \
-  valgrind --tool=callgrind --callgrind-out-file="$dir/callgrind.out" "$service" 2>"$dir/valgrind.log" &
+  valgrind --tool=callgrind --callgrind-out-file="$dir/callgrind.out" "$service" 2>"$dir/valgrind.log" 3>&- &
 service_pid=$!
 trap 'kill -TERM $service_pid 2>/dev/null; wait $service_pid 2>/dev/null; kill $redis_pid 2>/dev/null; rm -rf "$dir"' EXIT
 

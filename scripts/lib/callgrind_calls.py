@@ -4,8 +4,9 @@
 usage: callgrind_calls.py PROFILE NAME...
 Prints one "NAME COUNT" line per name. A name matches a function whose
 demangled name ends with it (`__rust_alloc` matches `__rustc::__rust_alloc`).
-callgrind writes a call as a `cfn=` line (the callee, its name given in full
-the first time and by `(id)` after) followed by a `calls=COUNT ...` line.
+callgrind writes a call as a `cfn=` line (the callee) followed by a
+`calls=COUNT ...` line; a function's name is given in full the first time
+its id appears, in an `fn=` or a `cfn=` line, and by `(id)` alone after.
 """
 import re
 import sys
@@ -14,11 +15,11 @@ path, wanted = sys.argv[1], sys.argv[2:]
 names, totals, callee = {}, dict.fromkeys(wanted, 0), None
 with open(path, errors="replace") as profile:
     for line in profile:
-        if line.startswith("cfn="):
-            match = re.match(r"cfn=\((\d+)\)(?: (.*))?", line.strip())
-            if match:
-                if match.group(2):
-                    names[match.group(1)] = match.group(2)
+        if line.startswith(("fn=", "cfn=")):
+            match = re.match(r"c?fn=\((\d+)\)(?: (.*))?", line.strip())
+            if match and match.group(2):
+                names[match.group(1)] = match.group(2)
+            if match and line.startswith("cfn="):
                 callee = names.get(match.group(1))
         elif line.startswith("calls=") and callee is not None:
             count = int(line[len("calls="):].split()[0])

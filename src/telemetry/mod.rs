@@ -85,8 +85,7 @@ pub fn init(settings: &TelemetrySettings) -> Result<TelemetryGuard, TelemetryErr
         }
         // Each layer has its own filter: the spans go to the exporter alone.
         Some(provider) => {
-            let spans = tracing_subscriber::filter::Targets::new()
-                .with_target(traces::SPAN_TARGET, tracing::Level::TRACE);
+            let spans = traces::spans_only();
             let installed = registry
                 .with(log_lines(settings.log_format).with_filter(logs_only))
                 .with(traces::layer(provider).with_filter(spans))

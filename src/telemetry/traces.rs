@@ -62,6 +62,16 @@ pub fn keep_out_of_logs(filter: tracing_subscriber::EnvFilter) -> tracing_subscr
     }
 }
 
+/// The exporter layer's filter: the spans of [`SPAN_TARGET`] and nothing
+/// else. At INFO, their level, and not higher: the subscriber's highest
+/// level becomes the `log` crate's max level (through tracing-log's
+/// LogTracer), and at TRACE every `log::trace!` in fred went through the
+/// subscriber only to be dropped there: 25 % more instructions per call
+/// with nothing sampled.
+pub fn spans_only() -> tracing_subscriber::filter::Targets {
+    tracing_subscriber::filter::Targets::new().with_target(SPAN_TARGET, tracing::Level::INFO)
+}
+
 /// The gRPC service every RPC span names.
 const SERVICE: &str = "sticky_routing.v1.StickyRouting";
 
@@ -532,6 +542,18 @@ mod tests {
         }
         // No id left behind for the next span on this thread.
         assert_eq!(DECIDED_TRACE_ID.with(Cell::take), None);
+    }
+
+    #[test]
+    fn the_span_filter_wants_the_spans_and_raises_no_level_above_info() {
+        let filter = spans_only();
+        assert!(filter.would_enable(SPAN_TARGET, &tracing::Level::INFO));
+        assert!(!filter.would_enable("fred::router", &tracing::Level::INFO));
+        let hint =
+            tracing_subscriber::layer::Filter::<tracing_subscriber::Registry>::max_level_hint(
+                &filter,
+            );
+        assert_eq!(hint, Some(tracing::level_filters::LevelFilter::INFO));
     }
 
     #[test]
