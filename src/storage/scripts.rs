@@ -85,9 +85,17 @@ impl LuaScript {
         args: &[Value],
         metrics: &Metrics,
     ) -> Result<R, Error> {
-        // A custom command's slot must be given outright: fred hashes the
-        // first string argument otherwise, which here is the script.
-        let slot = ClusterHash::Custom(keys.first().map_or(0, |key| redis_keyslot(key.as_bytes())));
+        // On a clustered client a custom command's slot must be given
+        // outright: fred hashes the first string argument otherwise, which
+        // here is the script. The service's pools are centralized clients,
+        // one per node (the store routes by slot itself), where fred reads
+        // no hash: the CRC16 of the key is not computed for them.
+        let slot = match keys.first() {
+            Some(key) if client.is_clustered() => {
+                ClusterHash::Custom(redis_keyslot(key.as_bytes()))
+            }
+            _ => ClusterHash::FirstKey,
+        };
         let command = |name: &'static str, script: &str| {
             let mut line = Vec::with_capacity(args.len() + keys.len() + 2);
             line.push(Value::from(script));
