@@ -5,8 +5,9 @@
 # more work, where `make bench` on a shared machine can only say "within
 # noise". Compare two builds by running it once with each binary.
 #
-# usage: scripts/measure-instructions.sh [record|pin] [SERVICE_BINARY]
-#   default: record, target/release/sticky-routing
+# usage: scripts/measure-instructions.sh [record|pin] [SERVICE_BINARY|noop]
+#   default: record, target/release/sticky-routing; `noop` measures the
+#   transport floor, sticky-noop, the same way.
 #   LOAD_ARGS="--attempt-ids" adds sticky-load flags to the measured calls.
 #   KEEP_PROFILE=FILE keeps the callgrind profile, for callgrind_annotate.
 #   TRACE_SAMPLE=R exports traces to a span sink (sticky-sink) with
@@ -42,11 +43,20 @@ if [ -n "${TRACE_SAMPLE:-}" ]; then
   tracing=(OTEL_EXPORTER_OTLP_ENDPOINT="$(head -1 "$dir/sink.out")" OTEL_TRACES_SAMPLER=traceidratio
     OTEL_TRACES_SAMPLER_ARG="$TRACE_SAMPLE" OTEL_BSP_SCHEDULE_DELAY=200)
 fi
-env "${tracing[@]}" STICKY_ROUTING_LISTEN_ADDR="127.0.0.1:$grpc_port" STICKY_ROUTING_METRICS_ADDR="127.0.0.1:$metrics_port" \
-  STICKY_ROUTING_HEALTH_LISTEN_ADDR=off \
-  STICKY_ROUTING_REDIS_URL="redis://127.0.0.1:$redis_port" STICKY_ROUTING_WORKER_THREADS=1 \
-  STICKY_ROUTING_REDIS_POOL_SIZE=1 \
-  valgrind --tool=callgrind --callgrind-out-file="$dir/callgrind.out" "$service" 2>"$dir/valgrind.log" 3>&- &
+if [ "$service" = noop ]; then
+  # The transport floor (sticky-noop): the same server, codec and settings,
+  # handlers that answer at once; the service's figures over its figures
+  # are the instruction-count twin of make bench's CPU ratio.
+  service=target/release/sticky-noop
+  valgrind --tool=callgrind --callgrind-out-file="$dir/callgrind.out" \
+    "$service" --listen "127.0.0.1:$grpc_port" --worker-threads 1 >/dev/null 2>"$dir/valgrind.log" 3>&- &
+else
+  env "${tracing[@]}" STICKY_ROUTING_LISTEN_ADDR="127.0.0.1:$grpc_port" STICKY_ROUTING_METRICS_ADDR="127.0.0.1:$metrics_port" \
+    STICKY_ROUTING_HEALTH_LISTEN_ADDR=off \
+    STICKY_ROUTING_REDIS_URL="redis://127.0.0.1:$redis_port" STICKY_ROUTING_WORKER_THREADS=1 \
+    STICKY_ROUTING_REDIS_POOL_SIZE=1 \
+    valgrind --tool=callgrind --callgrind-out-file="$dir/callgrind.out" "$service" 2>"$dir/valgrind.log" 3>&- &
+fi
 service_pid=$!
 trap 'kill -TERM $service_pid 2>/dev/null; wait $service_pid 2>/dev/null; kill $redis_pid 2>/dev/null; rm -rf "$dir"' EXIT
 
