@@ -14,14 +14,7 @@ service="${1:-target/release/sticky-routing}"
 duration="${DURATION:-10s}"
 merchants="${MERCHANTS:-20}"
 call="${CALL:-mix}"
-scripts/ensure-redis.sh
-cargo build --release --locked -p sticky-bench >/dev/null 2>&1
-load=target/release/sticky-load
-
-. scripts/lib/local-redis.sh
-redis_port=$(free_port); grpc_port=$(free_port); metrics_port=$(free_port)
-dir=$(mktemp -d)
-start_redis "$redis_port" "$dir"
+. scripts/lib/measure.sh
 env STICKY_ROUTING_LISTEN_ADDR="127.0.0.1:$grpc_port" STICKY_ROUTING_METRICS_ADDR="127.0.0.1:$metrics_port" \
   STICKY_ROUTING_HEALTH_LISTEN_ADDR=off STICKY_ROUTING_REDIS_URL="redis://127.0.0.1:$redis_port" \
   "$service" >"$dir/service.log" 2>&1 &
@@ -30,10 +23,7 @@ trap 'kill -TERM $service_pid 2>/dev/null; wait $service_pid 2>/dev/null; kill $
 
 args=(--call "$call" -c 32 --merchants "$merchants" --failure-ratio 0.2 "127.0.0.1:$grpc_port")
 read -r -a extra <<< "${LOAD_ARGS:-}"
-for _ in $(seq 1 100); do
-  "$load" "${args[@]}" -n 1 >/dev/null 2>&1 && break
-  sleep 0.1
-done
+wait_serving "${args[@]}"
 "$load" "${args[@]}" -n 2000 --fill >/dev/null
 counts() {
   curl -s "http://127.0.0.1:$metrics_port/metrics" |

@@ -25,14 +25,7 @@ call="${1:-record}"
 service="${2:-target/release/sticky-routing}"
 calls=4000
 command -v valgrind >/dev/null || { echo "needs valgrind: apt-get install valgrind" >&2; exit 1; }
-scripts/ensure-redis.sh
-cargo build --release --locked -p sticky-bench >/dev/null 2>&1
-load=target/release/sticky-load
-
-. scripts/lib/local-redis.sh
-redis_port=$(free_port); grpc_port=$(free_port); metrics_port=$(free_port)
-dir=$(mktemp -d)
-start_redis "$redis_port" "$dir"
+. scripts/lib/measure.sh
 tracing=()
 if [ -n "${TRACE_SAMPLE:-}" ]; then
   # The sink reads its stdin until it closes: a pipe this shell holds open.
@@ -62,10 +55,7 @@ trap 'kill -TERM $service_pid 2>/dev/null; wait $service_pid 2>/dev/null; kill $
 
 args=(--call "$call" -c 4 --customers 1000 --merchants 5 "127.0.0.1:$grpc_port")
 read -r -a extra <<< "${LOAD_ARGS:-}"
-for _ in $(seq 1 240); do
-  "$load" "${args[@]}" -n 1 >/dev/null 2>&1 && break
-  sleep 0.5
-done
+wait_serving "${args[@]}"
 "$load" "${args[@]}" -n 500 --fill >/dev/null
 callgrind_control -z "$service_pid" >/dev/null 2>&1
 "$load" "${args[@]}" "${extra[@]}" -n "$calls" | grep -E "errors|\[OK\]" || true

@@ -20,14 +20,7 @@ call="${1:-record}"
 service="${2:-target/release/sticky-routing}"
 calls=${CALLS:-200000}
 command -v perf >/dev/null || { echo "needs perf: apt-get install linux-perf" >&2; exit 1; }
-scripts/ensure-redis.sh
-cargo build --release --locked -p sticky-bench >/dev/null 2>&1
-load=target/release/sticky-load
-
-. scripts/lib/local-redis.sh
-redis_port=$(free_port); grpc_port=$(free_port); metrics_port=$(free_port)
-dir=$(mktemp -d)
-start_redis "$redis_port" "$dir"
+. scripts/lib/measure.sh
 if [ "$service" = noop ]; then
   service=target/release/sticky-noop
   "$service" --listen "127.0.0.1:$grpc_port" >/dev/null &
@@ -40,10 +33,7 @@ service_pid=$!
 trap 'kill -TERM $service_pid 2>/dev/null; wait $service_pid 2>/dev/null; kill $redis_pid 2>/dev/null; rm -rf "$dir"' EXIT
 
 args=(--call "$call" -c "${CONCURRENCY:-128}" --connections "${CONNECTIONS:-4}" --customers 10000 --merchants 10 "127.0.0.1:$grpc_port")
-for _ in $(seq 1 100); do
-  "$load" "${args[@]}" -n 1 >/dev/null 2>&1 && break
-  sleep 0.1
-done
+wait_serving "${args[@]}"
 "$load" "${args[@]}" -n 20000 --fill >/dev/null 2>&1
 events=raw_syscalls:sys_enter,syscalls:sys_enter_writev,syscalls:sys_enter_write,syscalls:sys_enter_sendto,syscalls:sys_enter_read,syscalls:sys_enter_recvfrom,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_futex,context-switches,task-clock
 perf stat -x, -e "$events" -p "$service_pid" -o "$dir/perf.csv" &

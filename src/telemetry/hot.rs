@@ -14,6 +14,8 @@
 use std::sync::OnceLock;
 
 use prometheus::core::Collector;
+// The StickyRouting methods, each at its index in the RPC histograms.
+use super::RPC_NAMES as RPCS;
 use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry,
 };
@@ -74,17 +76,6 @@ impl<F: Family, const N: usize> Series<F, N> {
         }
     }
 }
-
-/// The StickyRouting methods, each at its index in the RPC histograms.
-const RPCS: [&str; 7] = [
-    "RecordOutcome",
-    "GetPin",
-    "GetHabits",
-    "ForgetCustomer",
-    "GetConnectorHealth",
-    "SetConnectorOverride",
-    "GetUplift",
-];
 
 /// gRPC codes 0 (OK) to 16 (UNAUTHENTICATED).
 const CODES: usize = 17;

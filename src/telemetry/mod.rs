@@ -31,6 +31,17 @@ pub use settings::{
     SamplerChoice, TELEMETRY_SETTINGS, TelemetrySettings, TraceSettings, traces_from_env,
 };
 
+/// The StickyRouting methods, as spans and the RPC metrics name them.
+pub const RPC_NAMES: [&str; 7] = [
+    "RecordOutcome",
+    "GetPin",
+    "GetHabits",
+    "ForgetCustomer",
+    "GetConnectorHealth",
+    "SetConnectorOverride",
+    "GetUplift",
+];
+
 /// Keeps the trace exporter alive; dropping it sends the spans still queued.
 #[must_use = "dropping the guard stops the trace exporter"]
 pub struct TelemetryGuard {

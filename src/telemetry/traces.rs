@@ -567,15 +567,7 @@ mod tests {
 
     #[test]
     fn every_rpc_has_its_full_name() {
-        for rpc in [
-            "RecordOutcome",
-            "GetPin",
-            "GetHabits",
-            "ForgetCustomer",
-            "GetConnectorHealth",
-            "SetConnectorOverride",
-            "GetUplift",
-        ] {
+        for rpc in super::super::RPC_NAMES {
             assert_eq!(full_name(rpc), format!("{SERVICE}/{rpc}"));
         }
     }
