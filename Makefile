@@ -61,7 +61,8 @@ loadtest:
 ci: lint test test-valkey check-deploy deny
 
 # The service against its transport and storage floors, on its own Redis;
-# prints a markdown table (bench/README.md explains it). The service is built
+# prints a markdown table (bench/README.md explains it): req/s, latency, and
+# the CPU per call of the service, the no-op floor and Redis, from /proc. The service is built
 # on its own first, exactly as shipped; the bench kit is a second build.
 # `make bench OVERLOAD=1` runs the overload study instead: the service on
 # CPU 0, the load and Redis on the other CPUs. BENCH_ARGS adds flags
