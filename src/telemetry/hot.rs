@@ -14,11 +14,14 @@
 use std::sync::OnceLock;
 
 use prometheus::core::Collector;
-// The StickyRouting methods, each at its index in the RPC histograms.
-use super::RPC_NAMES as RPCS;
 use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry,
 };
+
+// The StickyRouting methods, each at its index in the RPC histograms.
+use super::RPC_NAMES as RPCS;
+use super::outcomes::{PinOutcome, WriteOutcome};
+use super::redis_command::RedisCommand;
 
 /// A labelled family: its series for one set of label values.
 trait Family {
@@ -83,9 +86,9 @@ const CODES: usize = 17;
 /// The hot instruments, registered in the service's registry.
 pub(super) struct HotInstruments {
     rpc: Series<HistogramVec, { RPCS.len() * CODES }>,
-    redis: Series<HistogramVec, 16>,
-    pins: Series<IntCounterVec, 16>,
-    writes: Series<IntCounterVec, 16>,
+    redis: Series<HistogramVec, { RedisCommand::ALL.len() }>,
+    pins: Series<IntCounterVec, { PinOutcome::ALL.len() }>,
+    writes: Series<IntCounterVec, { WriteOutcome::ALL.len() }>,
 }
 
 /// Names, help and buckets of the hot instruments, as `/metrics` shows them.
@@ -154,20 +157,25 @@ impl HotInstruments {
         });
     }
 
-    /// One Redis call; `slot` is the command's index, `label` its label.
-    pub(super) fn redis(&self, slot: usize, label: &str, seconds: f64) {
+    /// One Redis call of `command`, kept at the command's index.
+    pub(super) fn redis(&self, command: RedisCommand, seconds: f64) {
         self.redis
-            .record(Some(slot), &[label], |series| series.observe(seconds));
+            .record(Some(command as usize), &[command.label()], |series| {
+                series.observe(seconds)
+            });
     }
 
-    /// One GetPin outcome; `slot` is its index in `PinOutcome::ALL`.
-    pub(super) fn pin(&self, slot: Option<usize>, label: &str) {
-        self.pins.record(slot, &[label], IntCounter::inc);
+    /// One GetPin outcome, kept at its index in `PinOutcome::ALL`.
+    pub(super) fn pin(&self, outcome: PinOutcome) {
+        let slot = PinOutcome::ALL.iter().position(|o| *o == outcome);
+        self.pins.record(slot, &[outcome.label()], IntCounter::inc);
     }
 
-    /// One RecordOutcome outcome; `slot` is its index in `WriteOutcome::ALL`.
-    pub(super) fn write(&self, slot: Option<usize>, label: &str) {
-        self.writes.record(slot, &[label], IntCounter::inc);
+    /// One RecordOutcome outcome, kept at its index in `WriteOutcome::ALL`.
+    pub(super) fn write(&self, outcome: WriteOutcome) {
+        let slot = WriteOutcome::ALL.iter().position(|o| *o == outcome);
+        self.writes
+            .record(slot, &[outcome.label()], IntCounter::inc);
     }
 }
 
@@ -208,13 +216,13 @@ mod tests {
         // No slot: a method outside the list, a code past 16.
         hot.rpc("Check", 0, "OK", 0.0005);
         hot.rpc("GetPin", 40, "CODE_40", 0.0005);
-        hot.redis(0, "read_combos", 0.0005);
-        hot.redis(0, "read_combos", 0.0005);
-        hot.redis(99, "elsewhere", 0.0005);
-        hot.pin(Some(0), "pinned");
-        hot.pin(Some(0), "pinned");
-        hot.pin(None, "unlisted");
-        hot.write(Some(3), "duplicate");
+        hot.redis(RedisCommand::ReadCombos, 0.0005);
+        hot.redis(RedisCommand::ReadCombos, 0.0005);
+        hot.redis(RedisCommand::Admit, 0.0005);
+        hot.pin(PinOutcome::Pinned);
+        hot.pin(PinOutcome::Pinned);
+        hot.pin(PinOutcome::NoHabit);
+        hot.write(WriteOutcome::Duplicate);
         let text = render(&registry);
         for line in [
             "sticky_routing_rpc_duration_seconds_count{code=\"OK\",rpc=\"GetPin\"} 2",
@@ -224,15 +232,36 @@ mod tests {
             "sticky_routing_rpc_duration_seconds_count{code=\"OK\",rpc=\"Check\"} 1",
             "sticky_routing_rpc_duration_seconds_count{code=\"CODE_40\",rpc=\"GetPin\"} 1",
             "sticky_routing_redis_command_duration_seconds_count{command=\"read_combos\"} 2",
-            "sticky_routing_redis_command_duration_seconds_count{command=\"elsewhere\"} 1",
+            "sticky_routing_redis_command_duration_seconds_count{command=\"admit\"} 1",
             "sticky_routing_pins_total{outcome=\"pinned\"} 2",
-            "sticky_routing_pins_total{outcome=\"unlisted\"} 1",
+            "sticky_routing_pins_total{outcome=\"no_habit\"} 1",
             "sticky_routing_writes_total{outcome=\"duplicate\"} 1",
         ] {
             assert!(text.contains(line), "no `{line}` in:\n{text}");
         }
         // A series shows once recorded, not before.
         assert!(!text.contains("rpc=\"GetHabits\""), "{text}");
+    }
+
+    #[test]
+    fn a_label_set_without_a_slot_still_counts_and_one_with_a_slot_keeps_it() {
+        let registry = Registry::new();
+        let family = IntCounterVec::new(Opts::new("c_total", "c"), &["outcome"]).unwrap();
+        registry.register(Box::new(family.clone())).unwrap();
+        let series: Series<IntCounterVec, 2> = Series::new(family);
+        series.record(Some(1), &["kept"], IntCounter::inc);
+        series.record(Some(1), &["kept"], IntCounter::inc);
+        series.record(Some(99), &["elsewhere"], IntCounter::inc);
+        series.record(None, &["unlisted"], IntCounter::inc);
+        assert!(series.slots[1].get().is_some());
+        let text = render(&registry);
+        for line in [
+            "c_total{outcome=\"kept\"} 2",
+            "c_total{outcome=\"elsewhere\"} 1",
+            "c_total{outcome=\"unlisted\"} 1",
+        ] {
+            assert!(text.contains(line), "no `{line}` in:\n{text}");
+        }
     }
 
     #[test]

@@ -23,6 +23,7 @@ use tokio::net::TcpListener;
 
 use super::hot::{HotInstruments, HotSpec};
 use super::outcomes::{PinOutcome, WriteOutcome};
+use super::redis_command::RedisCommand;
 use crate::domain::admission::AdmissionRefusal;
 use crate::domain::breaker::VetoReason;
 use crate::domain::memory_guard::GuardReading;
@@ -93,90 +94,6 @@ const HOT_SPEC: HotSpec<'static> = HotSpec {
     pins_help: "GetPin answers by outcome: pinned, no_habit, invalid, error",
     writes_help: "RecordOutcome answers by outcome: applied, no_habit, not_admitted, invalid, error",
 };
-
-/// What a Redis call the service makes is for: the `command` label of
-/// `sticky_routing_redis_command_duration_seconds`, and the `script` label
-/// of `sticky_routing_noscript_fallbacks_total` for the three scripts.
-/// Named by the store's operation, not by the Redis command, because an
-/// operation may be two commands (GetHabits' HGETALL and TTL, a script's
-/// EVALSHA and EVAL after NOSCRIPT) and two operations share a command
-/// (GetPin's and GetHabits' HGETALL).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RedisCommand {
-    /// GetPin: HGETALL of the customer's hash.
-    ReadCombos = 0,
-    /// GetHabits: HGETALL and TTL of the customer's hash, sent together.
-    ReadHabits,
-    /// ForgetCustomer: DEL of the customer's hash.
-    Forget,
-    /// RecordOutcome, a success: record_success.lua.
-    RecordSuccess,
-    /// RecordOutcome, a gateway failure: record_failure.lua.
-    RecordFailure,
-    /// RecordOutcome, a new customer's success: admit.lua on the merchant's
-    /// admission key.
-    Admit,
-    /// The readiness check: PING every 500 ms (to every primary on Cluster).
-    Ping,
-    /// The readiness check's other half: probe.lua, which asks Redis whether
-    /// the service's user may run every command the service needs.
-    PermissionProbe,
-    /// The circuit breaker's background flush of one merchant's counts:
-    /// breaker_flush.lua.
-    BreakerFlush,
-    /// One breaker's trip, close or reopen: breaker_transition.lua.
-    BreakerTransition,
-    /// The breaker index's poll, and its writes (trips, overrides):
-    /// breaker_index.lua.
-    BreakerIndex,
-    /// GetConnectorHealth: HGETALL of the merchant's breaker counts and of
-    /// the breaker index.
-    BreakerHealth,
-    /// The experiment counts' background flush of one merchant's day:
-    /// experiment_flush.lua.
-    ExperimentFlush,
-    /// GetUplift: HGETALL of each day's experiment hash.
-    ExperimentRead,
-}
-
-impl RedisCommand {
-    /// Every command, each at its own index.
-    pub const ALL: [Self; 14] = [
-        Self::ReadCombos,
-        Self::ReadHabits,
-        Self::Forget,
-        Self::RecordSuccess,
-        Self::RecordFailure,
-        Self::Admit,
-        Self::Ping,
-        Self::PermissionProbe,
-        Self::BreakerFlush,
-        Self::BreakerTransition,
-        Self::BreakerIndex,
-        Self::BreakerHealth,
-        Self::ExperimentFlush,
-        Self::ExperimentRead,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::ReadCombos => "read_combos",
-            Self::ReadHabits => "read_habits",
-            Self::Forget => "forget",
-            Self::RecordSuccess => "record_success",
-            Self::RecordFailure => "record_failure",
-            Self::Admit => "admit",
-            Self::Ping => "ping",
-            Self::PermissionProbe => "permission_probe",
-            Self::BreakerFlush => "breaker_flush",
-            Self::BreakerTransition => "breaker_transition",
-            Self::BreakerIndex => "breaker_index",
-            Self::BreakerHealth => "breaker_health",
-            Self::ExperimentFlush => "experiment_flush",
-            Self::ExperimentRead => "experiment_read",
-        }
-    }
-}
 
 /// The `reason` label of `sticky_routing_admission_refusals_total`.
 pub fn admission_refusal_label(why: AdmissionRefusal) -> &'static str {
@@ -398,13 +315,11 @@ impl Metrics {
     }
 
     pub fn pin(&self, outcome: PinOutcome) {
-        let slot = PinOutcome::ALL.iter().position(|o| *o == outcome);
-        self.hot.pin(slot, outcome.label());
+        self.hot.pin(outcome);
     }
 
     pub fn write(&self, outcome: WriteOutcome) {
-        let slot = WriteOutcome::ALL.iter().position(|o| *o == outcome);
-        self.hot.write(slot, outcome.label());
+        self.hot.write(outcome);
     }
 
     pub fn pruned(&self, fields: u32) {
@@ -435,8 +350,7 @@ impl Metrics {
 
     /// One Redis call of `command`, answered (or abandoned) after `took`.
     pub fn redis_command(&self, command: RedisCommand, took: Duration) {
-        self.hot
-            .redis(command as usize, command.label(), took.as_secs_f64());
+        self.hot.redis(command, took.as_secs_f64());
     }
 
     /// One failed Redis call; `kind` is `StorageError::kind`, a word from a
@@ -888,16 +802,6 @@ mod tests {
         }
         for (index, group) in GROUPS.into_iter().enumerate() {
             assert_eq!(group_index(group), index, "{group:?}");
-        }
-    }
-
-    #[test]
-    fn every_redis_command_sits_at_its_own_index_under_its_own_label() {
-        let labels: std::collections::BTreeSet<&str> =
-            RedisCommand::ALL.iter().map(|c| c.label()).collect();
-        assert_eq!(labels.len(), RedisCommand::ALL.len());
-        for (index, command) in RedisCommand::ALL.into_iter().enumerate() {
-            assert_eq!(command as usize, index, "{command:?}");
         }
     }
 }

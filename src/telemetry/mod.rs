@@ -11,6 +11,7 @@ mod hot;
 mod ids;
 mod metrics;
 mod outcomes;
+mod redis_command;
 mod settings;
 pub mod traces;
 
@@ -22,10 +23,11 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 pub use failures::{FailureLog, LogThrottle, SUMMARY_INTERVAL, Verdict, summarise};
 pub use ids::CallIds;
 pub use metrics::{
-    EXPORTED_METRICS, Metrics, RedisCommand, Refusal, VETO_REASONS, admission_refusal_label,
-    canonical_name, serve_metrics,
+    EXPORTED_METRICS, Metrics, Refusal, VETO_REASONS, admission_refusal_label, canonical_name,
+    serve_metrics,
 };
 pub use outcomes::{CallFailure, PinOutcome, WriteOutcome};
+pub use redis_command::RedisCommand;
 pub use settings::{
     BatchSettings, DEFAULT_SERVICE_NAME, LogFormat, OTEL_VARIABLES, ParentlessChoice,
     SamplerChoice, TELEMETRY_SETTINGS, TelemetrySettings, TraceSettings, traces_from_env,
