@@ -16,6 +16,7 @@ use sticky_routing::domain::tenant::Tenant;
 use test_support::redis_server::{EXPORT_PASSWORD, EXPORT_USER};
 
 use crate::support::bulk::{Ran, Target, export_command, file_with, import_with, summary_count};
+use crate::support::export_rows::{TenantRow as Row, csv_rows, jsonl_rows};
 use crate::support::{Topology, redis_cli, service_binary};
 
 /// The import columns with a `tenant_id` first.
@@ -48,95 +49,6 @@ async fn export(target: &Target, args: &[&str]) -> Output {
 
 fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-/// One exported row: (tenant_id, merchant, customer, PM, PMT, connector,
-/// outcome, count); the tenant is `None` when the file has no such column.
-type Row = (
-    Option<String>,
-    String,
-    String,
-    String,
-    String,
-    String,
-    String,
-    i64,
-);
-
-/// The rows of a CSV export, sorted, and whether its header has a
-/// `tenant_id` column (first, then import's columns and `count`).
-fn csv_rows(text: &[u8]) -> (bool, Vec<Row>) {
-    let mut reader = csv::Reader::from_reader(text);
-    let header: Vec<String> = reader
-        .headers()
-        .unwrap()
-        .iter()
-        .map(str::to_owned)
-        .collect();
-    let with_tenant = header.first().is_some_and(|c| c == "tenant_id");
-    let columns = &header[usize::from(with_tenant)..];
-    assert_eq!(
-        columns,
-        [
-            "merchant_id",
-            "customer_id",
-            "payment_method",
-            "payment_method_type",
-            "connector",
-            "outcome",
-            "count"
-        ]
-    );
-    let mut rows: Vec<Row> = reader
-        .records()
-        .map(|record| {
-            let record = record.unwrap();
-            let skip = usize::from(with_tenant);
-            let field = |i: usize| record.get(skip + i).unwrap().to_owned();
-            (
-                with_tenant.then(|| record.get(0).unwrap().to_owned()),
-                field(0),
-                field(1),
-                field(2),
-                field(3),
-                field(4),
-                field(5),
-                field(6).parse().unwrap(),
-            )
-        })
-        .collect();
-    rows.sort();
-    (with_tenant, rows)
-}
-
-/// The rows of a JSON-lines export, sorted: every line has `tenant_id`, or
-/// none does.
-fn jsonl_rows(text: &[u8]) -> (bool, Vec<Row>) {
-    let text = std::str::from_utf8(text).unwrap();
-    let objects: Vec<serde_json::Map<String, serde_json::Value>> = text
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
-    let with_tenant = objects.iter().any(|o| o.contains_key("tenant_id"));
-    let mut rows: Vec<Row> = objects
-        .iter()
-        .map(|object| {
-            assert_eq!(object.len(), 7 + usize::from(with_tenant), "{object:?}");
-            let field = |name: &str| object[name].as_str().unwrap().to_owned();
-            (
-                with_tenant.then(|| field("tenant_id")),
-                field("merchant_id"),
-                field("customer_id"),
-                field("payment_method"),
-                field("payment_method_type"),
-                field("connector"),
-                field("outcome"),
-                object["count"].as_i64().unwrap(),
-            )
-        })
-        .collect();
-    rows.sort();
-    (with_tenant, rows)
 }
 
 /// A CSV file of `rows`, each a record of `header`'s columns.

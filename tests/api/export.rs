@@ -19,10 +19,8 @@ use rstest::rstest;
 use sticky_routing::transport::pb;
 
 use crate::support::bulk::{HEADER, Target, export_command, file_with};
+use crate::support::export_rows::{self, Row};
 use crate::support::*;
-
-/// One exported row: merchant, customer, PM, PMT, connector, outcome, count.
-type Row = (String, String, String, String, String, String, i64);
 
 /// Merchants and customers whose ids need the key's escapes (`_`, `%`, `{`,
 /// `}`), a MATCH pattern's (`*`, `?`, `[`, `]`, `\`), or CSV quoting.
@@ -84,64 +82,12 @@ fn stderr(output: &Output) -> String {
 
 /// The rows of a CSV export, sorted, after checking its header.
 fn csv_rows(text: &[u8]) -> Vec<Row> {
-    let mut reader = csv::Reader::from_reader(text);
-    assert_eq!(
-        reader.headers().unwrap().iter().collect::<Vec<_>>(),
-        [
-            "merchant_id",
-            "customer_id",
-            "payment_method",
-            "payment_method_type",
-            "connector",
-            "outcome",
-            "count"
-        ]
-    );
-    let mut rows: Vec<Row> = reader
-        .records()
-        .map(|record| {
-            let record = record.unwrap();
-            let field = |i: usize| record.get(i).unwrap().to_owned();
-            let count = field(6).parse().unwrap();
-            (
-                field(0),
-                field(1),
-                field(2),
-                field(3),
-                field(4),
-                field(5),
-                count,
-            )
-        })
-        .collect();
-    rows.sort();
-    rows
+    export_rows::untenanted(export_rows::csv_rows(text))
 }
 
 /// The rows of a JSON-lines export, sorted; every count a JSON integer.
 fn jsonl_rows(text: &[u8]) -> Vec<Row> {
-    let text = std::str::from_utf8(text).unwrap();
-    let mut rows: Vec<Row> = text
-        .lines()
-        .map(|line| {
-            let object: serde_json::Map<String, serde_json::Value> =
-                serde_json::from_str(line).unwrap();
-            assert_eq!(object.len(), 7, "{line}");
-            let field = |name: &str| object[name].as_str().unwrap().to_owned();
-            assert!(object["count"].is_i64(), "{line}");
-            (
-                field("merchant_id"),
-                field("customer_id"),
-                field("payment_method"),
-                field("payment_method_type"),
-                field("connector"),
-                field("outcome"),
-                object["count"].as_i64().unwrap(),
-            )
-        })
-        .collect();
-    rows.sort();
-    rows
+    export_rows::untenanted(export_rows::jsonl_rows(text))
 }
 
 /// Asserts the export user ran every command within its rules, and that

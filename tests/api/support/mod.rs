@@ -8,6 +8,7 @@
 //! on Cluster.
 
 pub mod bulk;
+pub mod export_rows;
 pub mod frames;
 pub mod held_calls;
 pub mod load;
