@@ -8,10 +8,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use sticky_bench::BoxError;
 use sticky_bench::cli::{WorkloadArgs, parse_duration};
-use sticky_bench::compare::{CompareSpec, compare, memory_only};
+use sticky_bench::compare::{CompareSpec, Comparison, compare, memory_only};
 use sticky_bench::otlp_sink::OtlpSink;
-use sticky_bench::overload::{OverloadSpec, overload};
+use sticky_bench::overload::{OverloadSpec, OverloadStudy, overload};
 
 #[derive(Parser)]
 #[command(
@@ -99,11 +100,24 @@ async fn overload_study(args: Args) -> ExitCode {
         server_cpus: args.server_cpus,
         out_dir: args.out.clone(),
     };
-    match overload(spec).await {
-        Ok(study) => {
-            let markdown = study.markdown();
+    let study = overload(spec).await;
+    finish(&args.out, "overload", study, OverloadStudy::markdown)
+}
+
+/// A run's end: its report printed as markdown and written to `NAME.md` and
+/// `NAME.json` in `dir` (a failure to write is reported, not fatal), or its
+/// error; the exit code says which.
+fn finish<T: serde::Serialize>(
+    dir: &Path,
+    name: &str,
+    result: Result<T, BoxError>,
+    markdown: fn(&T) -> String,
+) -> ExitCode {
+    match result {
+        Ok(report) => {
+            let markdown = markdown(&report);
             println!("{markdown}");
-            write_reports(&args.out, "overload", &markdown, &study);
+            write_reports(dir, name, &markdown, &report);
             ExitCode::SUCCESS
         }
         Err(error) => {
@@ -176,18 +190,7 @@ async fn run(args: Args) -> ExitCode {
             args.workload.merchants,
         )
         .await;
-        return match measured {
-            Ok(comparison) => {
-                let markdown = comparison.markdown();
-                println!("{markdown}");
-                write_reports(&args.out, "memory", &markdown, &comparison);
-                ExitCode::SUCCESS
-            }
-            Err(error) => {
-                eprintln!("sticky-bench: {error}");
-                ExitCode::FAILURE
-            }
-        };
+        return finish(&args.out, "memory", measured, Comparison::markdown);
     }
     let spec = CompareSpec {
         duration: args.duration,
@@ -204,16 +207,6 @@ async fn run(args: Args) -> ExitCode {
         quick: args.quick,
         out_dir: args.out.clone(),
     };
-    match compare(spec).await {
-        Ok(comparison) => {
-            let markdown = comparison.markdown();
-            println!("{markdown}");
-            write_reports(&args.out, "report", &markdown, &comparison);
-            ExitCode::SUCCESS
-        }
-        Err(error) => {
-            eprintln!("sticky-bench: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    let comparison = compare(spec).await;
+    finish(&args.out, "report", comparison, Comparison::markdown)
 }
