@@ -17,7 +17,7 @@ use crate::redis_info::{RedisProbe, Snapshot};
 use crate::report::Report;
 use crate::run::{self, RunSpec, Stop};
 use crate::target::{StoreWrite, Target};
-use crate::workload::{CallKind, Generator};
+use crate::workload::{CallKind, Generator, Workload};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -181,11 +181,7 @@ impl Bench {
     async fn measure_with_attempt_ids(&self) -> Result<Measured, BoxError> {
         let mut workload = self.spec.workload.workload(CallKind::Record);
         workload.attempt_ids = true;
-        let generator = Arc::new(Generator::new(workload)?);
-        if !self.spec.warmup.is_zero() {
-            let spec = self.run_spec(self.spec.warmup, None, 7);
-            run::run(&self.service, Arc::clone(&generator), spec).await?;
-        }
+        let generator = self.warm_up_with(On::Service, workload, None).await?;
         self.timed(On::Service, generator, None).await
     }
 
@@ -216,7 +212,18 @@ impl Bench {
         call: CallKind,
         rate: Option<f64>,
     ) -> Result<Arc<Generator>, BoxError> {
-        let generator = Arc::new(Generator::new(self.spec.workload.workload(call))?);
+        self.warm_up_with(on, self.spec.workload.workload(call), rate)
+            .await
+    }
+
+    /// `workload`'s generator, after an unmeasured warm-up run of it.
+    async fn warm_up_with(
+        &self,
+        on: On,
+        workload: Workload,
+        rate: Option<f64>,
+    ) -> Result<Arc<Generator>, BoxError> {
+        let generator = Arc::new(Generator::new(workload)?);
         if !self.spec.warmup.is_zero() {
             let spec = self.run_spec(self.spec.warmup, rate, 7);
             run::run(self.target(on), Arc::clone(&generator), spec).await?;
