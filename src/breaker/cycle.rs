@@ -17,6 +17,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::Breakers;
+use super::own_changes::Change;
 use crate::domain::breaker::{
     BreakerState, Counts, ProbeVerdict, Tripped, probes_decide, state_at, trips,
 };
@@ -110,11 +111,13 @@ async fn decide(
         .entry(tenant, merchant.as_str(), connector)
         .and_then(|entry| entry.tripped);
     if known != snapshot.tripped {
-        breakers
-            .view
-            .update(tenant, merchant.as_str(), connector, |entry| {
-                entry.tripped = snapshot.tripped
-            });
+        breakers.view.update(
+            tenant,
+            merchant.as_str(),
+            connector,
+            Change::Tripped(snapshot.tripped),
+            settings.max_tracked,
+        );
     }
     let state = state_at(snapshot.tripped.as_ref(), now, settings);
     let (transition, from, counts) = match state {
@@ -159,11 +162,13 @@ async fn decide(
             return;
         }
     };
-    breakers
-        .view
-        .update(tenant, merchant.as_str(), connector, |entry| {
-            entry.tripped = tripped
-        });
+    breakers.view.update(
+        tenant,
+        merchant.as_str(),
+        connector,
+        Change::Tripped(tripped),
+        settings.max_tracked,
+    );
     let to = state_at(tripped.as_ref(), now, settings);
     log_transition(
         breakers,
@@ -197,6 +202,9 @@ async fn decide(
 async fn poll(breakers: &Breakers) {
     let now = unix_millis();
     let deadline = Instant::now() + STEP_DEADLINE;
+    // Taken before the read: this instance's changes after it may be
+    // missing from the answer, and are applied over it.
+    let seen = breakers.view.own_changes_seen();
     match breakers
         .store
         .poll_breaker_index(now, &breakers.settings, deadline)
@@ -205,7 +213,7 @@ async fn poll(breakers: &Breakers) {
         Ok(entries) => {
             let dropped = breakers
                 .view
-                .replace(entries, now, breakers.settings.max_tracked);
+                .replace(entries, now, breakers.settings.max_tracked, seen);
             if dropped > 0 {
                 tracing::warn!(
                     dropped,

@@ -25,6 +25,7 @@
 //! message to lose and nothing to resubscribe after a reconnect.
 
 mod cycle;
+mod own_changes;
 mod pending;
 mod view;
 
@@ -44,6 +45,7 @@ use crate::process::unix_millis;
 pub use crate::storage::ConnectorHealthRow;
 use crate::storage::{RedisStore, StorageError};
 use crate::telemetry::{LogThrottle, Metrics};
+use own_changes::Change;
 use pending::Pending;
 use view::View;
 
@@ -169,10 +171,13 @@ impl Breakers {
             .await;
         match result {
             Ok(()) => {
-                self.view
-                    .update(tenant, merchant.as_str(), connector.as_str(), |entry| {
-                        entry.over = over
-                    });
+                self.view.update(
+                    tenant,
+                    merchant.as_str(),
+                    connector.as_str(),
+                    Change::Override(over),
+                    self.settings.max_tracked,
+                );
                 Ok(())
             }
             Err(error) => {
