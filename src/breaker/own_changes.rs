@@ -5,7 +5,8 @@
 //! that read was on its way was written to Redis after the read, so the
 //! poll's answer lacks it: replacing the view with it would undo, on this
 //! very instance, the override it just confirmed, until the next poll (a
-//! tick later; seen in CI as a FORCE_CLOSED that did not hold "at once").
+//! tick later; seen in the integration suite as a FORCE_CLOSED that did
+//! not hold "at once").
 //! So every own change is numbered and kept here until a poll that began
 //! after it replaces the view; a poll re-applies, over its answer, the
 //! changes numbered after the one it began at.

@@ -245,7 +245,8 @@ async fn uplift_and_report_count_exactly_what_getpin_named(#[case] topology: Top
     // Every merchant's counts visible within 2 s of the last answer (a tick
     // and a flush). Each merchant is waited for: the last one's answers
     // came less than a tick before the end, so the counts of the merchant
-    // before it may still be in memory too (seen in CI with shop{shadow}).
+    // before it may still be in memory too (seen in full runs of the suite
+    // with shop{shadow}).
     let answered = Instant::now();
     for (merchant, groups) in &expected {
         let want = groups.treated.outcomes + groups.holdout.outcomes + groups.shadow.outcomes;

@@ -240,7 +240,8 @@ struct Struck {
 /// failed before the round holding the first row was answered: on a
 /// loaded machine the reader can fill every lane's first round (16,384
 /// rows, naming ~95 % of the customers) before the first is sent, so the
-/// strike below can land inside them (seen in CI, and here under load).
+/// strike below can land inside them (seen under load; most likely the
+/// failure of a CI run whose message was cut).
 async fn strike(
     failure: RedisFailure,
     path: &str,
