@@ -15,11 +15,8 @@ duration="${DURATION:-10s}"
 merchants="${MERCHANTS:-20}"
 call="${CALL:-mix}"
 . scripts/lib/measure.sh
-env STICKY_ROUTING_LISTEN_ADDR="127.0.0.1:$grpc_port" STICKY_ROUTING_METRICS_ADDR="127.0.0.1:$metrics_port" \
-  STICKY_ROUTING_HEALTH_LISTEN_ADDR=off STICKY_ROUTING_REDIS_URL="redis://127.0.0.1:$redis_port" \
-  "$service" >"$dir/service.log" 2>&1 &
+env "${service_env[@]}" "$service" >"$dir/service.log" 2>&1 &
 service_pid=$!
-trap 'kill -TERM $service_pid 2>/dev/null; wait $service_pid 2>/dev/null; kill $redis_pid 2>/dev/null; rm -rf "$dir"' EXIT
 
 args=(--call "$call" -c 32 --merchants "$merchants" --failure-ratio 0.2 "127.0.0.1:$grpc_port")
 read -r -a extra <<< "${LOAD_ARGS:-}"

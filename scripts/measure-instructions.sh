@@ -44,14 +44,10 @@ if [ "$service" = noop ]; then
   valgrind --tool=callgrind --callgrind-out-file="$dir/callgrind.out" \
     "$service" --listen "127.0.0.1:$grpc_port" --worker-threads 1 >/dev/null 2>"$dir/valgrind.log" 3>&- &
 else
-  env "${tracing[@]}" STICKY_ROUTING_LISTEN_ADDR="127.0.0.1:$grpc_port" STICKY_ROUTING_METRICS_ADDR="127.0.0.1:$metrics_port" \
-    STICKY_ROUTING_HEALTH_LISTEN_ADDR=off \
-    STICKY_ROUTING_REDIS_URL="redis://127.0.0.1:$redis_port" STICKY_ROUTING_WORKER_THREADS=1 \
-    STICKY_ROUTING_REDIS_POOL_SIZE=1 \
+  env "${tracing[@]}" "${service_env[@]}" STICKY_ROUTING_WORKER_THREADS=1 STICKY_ROUTING_REDIS_POOL_SIZE=1 \
     valgrind --tool=callgrind --callgrind-out-file="$dir/callgrind.out" "$service" 2>"$dir/valgrind.log" 3>&- &
 fi
 service_pid=$!
-trap 'kill -TERM $service_pid 2>/dev/null; wait $service_pid 2>/dev/null; kill $redis_pid 2>/dev/null; rm -rf "$dir"' EXIT
 
 args=(--call "$call" -c 4 --customers 1000 --merchants 5 "127.0.0.1:$grpc_port")
 read -r -a extra <<< "${LOAD_ARGS:-}"

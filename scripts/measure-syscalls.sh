@@ -25,12 +25,9 @@ if [ "$service" = noop ]; then
   service=target/release/sticky-noop
   "$service" --listen "127.0.0.1:$grpc_port" >/dev/null &
 else
-  STICKY_ROUTING_LISTEN_ADDR="127.0.0.1:$grpc_port" STICKY_ROUTING_METRICS_ADDR="127.0.0.1:$metrics_port" \
-    STICKY_ROUTING_HEALTH_LISTEN_ADDR=off STICKY_ROUTING_REDIS_URL="redis://127.0.0.1:$redis_port" \
-    "$service" 2>"$dir/service.log" &
+  env "${service_env[@]}" "$service" 2>"$dir/service.log" &
 fi
 service_pid=$!
-trap 'kill -TERM $service_pid 2>/dev/null; wait $service_pid 2>/dev/null; kill $redis_pid 2>/dev/null; rm -rf "$dir"' EXIT
 
 args=(--call "$call" -c "${CONCURRENCY:-128}" --connections "${CONNECTIONS:-4}" --customers 10000 --merchants 10 "127.0.0.1:$grpc_port")
 wait_serving "${args[@]}"
