@@ -1,15 +1,19 @@
-//! The breaker's background cycle: every [`TICK`], flush the tallies to
-//! Redis, decide and write the transitions they cause, then poll the index
-//! into the view, and log what time alone changed (OPEN → HALF-OPEN, an
-//! undecided HALF-OPEN → CLOSED).
+//! The breaker's background cycle: every [`TICK`], one script per Redis
+//! shard (`domain::shards`) flushes every tally of the shard's merchants
+//! and polls the shard's index; the transitions the answers call for are
+//! decided with the domain's rules and written, one script per shard that
+//! has any, each with its index entry; then the polls replace the view,
+//! and the transitions time made (OPEN → HALF-OPEN, an undecided
+//! HALF-OPEN → CLOSED), which each poll that saw one first reports, are
+//! logged and counted. So a tick costs at most 2 × [`SHARDS`] background
+//! calls, however many merchants have counts, and every transition is
+//! logged and counted once.
 //!
 //! Its bound on "every instance sees a transition within 2 s": the calls
 //! that trip a breaker wait at most one tick in memory, the transition is
-//! written in that tick's flush, and every other instance reads it at its
-//! next poll, at most one tick later, so two ticks (1 s) plus two round
-//! trips.
+//! written in that tick, and every other instance reads it at its next
+//! poll, at most one tick later, so two ticks (1 s) plus three round trips.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,12 +23,16 @@ use tokio_util::sync::CancellationToken;
 use super::Breakers;
 use super::own_changes::Change;
 use crate::domain::breaker::{
-    BreakerState, Counts, ProbeVerdict, Tripped, probes_decide, state_at, trips,
+    BreakerState, Counts, ProbeVerdict, Tripped, probes_decide, state_at, trips, trips_at,
 };
-use crate::domain::ids::MerchantId;
+use crate::domain::ids::Connector;
+use crate::domain::shards::{SHARDS, Shard};
 use crate::domain::tenant::Tenant;
 use crate::process::unix_millis;
-use crate::storage::{BreakerTransition, ConnectorSnapshot, StorageError};
+use crate::storage::{
+    BreakerTransition, ConnectorSnapshot, IndexEntry, MerchantTallies, PlannedTransition,
+    ShardTick, TimeTransition,
+};
 
 /// How often tallies are flushed and the index is read.
 pub(super) const TICK: Duration = Duration::from_millis(500);
@@ -42,188 +50,243 @@ pub(super) async fn run(breakers: Arc<Breakers>, stop: CancellationToken) {
             _ = ticker.tick() => {}
             () = stop.cancelled() => {
                 // The calls answered before the shutdown still count.
-                flush(&breakers).await;
+                tick(&breakers).await;
                 return;
             }
         }
-        flush(&breakers).await;
-        poll(&breakers).await;
+        tick(&breakers).await;
         seen.observe(&breakers);
     }
 }
 
-/// Sends every tally, one script per (tenant, merchant), all at once, and
-/// acts on what Redis answers.
-async fn flush(breakers: &Arc<Breakers>) {
-    let by_merchant = breakers.pending.take();
-    if by_merchant.is_empty() {
-        return;
-    }
+/// One tick: every shard at once.
+pub(super) async fn tick(breakers: &Arc<Breakers>) {
     let now = unix_millis();
+    for (tenant, merchant, connector) in breakers.rechecks.take_due(now) {
+        breakers.pending.touch(&tenant, &merchant, &connector);
+    }
+    let taken = breakers.pending.take();
     let deadline = Instant::now() + STEP_DEADLINE;
-    let mut flushes = JoinSet::new();
-    for (tenant, merchant, tallies) in by_merchant {
+    // Taken before the reads: this instance's changes after it may be
+    // missing from the answers, and are applied over them.
+    let seen = breakers.view.own_changes_seen();
+    let mut shards = JoinSet::new();
+    for (shard, merchants) in Shard::all().zip(taken) {
         let breakers = breakers.clone();
-        flushes.spawn(async move {
+        shards.spawn(async move {
             let answer = breakers
                 .store
-                .flush_breakers(
-                    &tenant,
-                    &merchant,
-                    &tallies,
-                    now,
-                    &breakers.settings,
-                    deadline,
-                )
+                .breaker_tick(shard, &merchants, now, &breakers.settings, deadline)
                 .await;
-            (tenant, merchant, answer)
+            match answer {
+                Ok(answer) => Some((shard, act(&breakers, shard, &merchants, answer, now).await)),
+                Err(error) => {
+                    breakers.io_failed("flush", &error);
+                    None
+                }
+            }
         });
     }
-    while let Some(joined) = flushes.join_next().await {
-        let Ok((tenant, merchant, answer)) = joined else {
-            continue;
-        };
-        match answer {
+    let mut polls = Vec::with_capacity(SHARDS);
+    while let Some(joined) = shards.join_next().await {
+        if let Ok(Some(poll)) = joined {
+            polls.push(poll);
+        }
+    }
+    let dropped = breakers
+        .view
+        .replace(polls, now, breakers.settings.max_tracked, seen);
+    if dropped > 0 && breakers.bound_log.due() {
+        tracing::warn!(
+            dropped,
+            max_tracked = breakers.settings.max_tracked,
+            "more breakers are tripped or overridden than STICKY_ROUTING_BREAKER_MAX_TRACKED; \
+             the HALF-OPEN ones past it read as CLOSED on this instance (every OPEN and \
+             overridden one is kept; logged every 30 s)"
+        );
+    }
+}
+
+/// Acts on one shard's answer: the transitions its merchants' counts call
+/// for, written in one call, and the transitions time made, logged. The
+/// shard's index entries, for the view.
+async fn act(
+    breakers: &Breakers,
+    shard: Shard,
+    merchants: &[MerchantTallies],
+    answer: ShardTick,
+    now: i64,
+) -> Vec<IndexEntry> {
+    let mut planned = Vec::new();
+    for (merchant, reply) in merchants.iter().zip(answer.merchants) {
+        match reply {
             Ok(snapshots) => {
                 for snapshot in snapshots {
-                    decide(breakers, &tenant, &merchant, snapshot, now).await;
+                    planned.extend(decide(breakers, merchant, snapshot, now));
                 }
             }
             Err(error) => breakers.io_failed("flush", &error),
         }
     }
+    for timed in answer.timed {
+        let (from, to) = match timed.kind {
+            TimeTransition::HalfOpen => (
+                BreakerState::Open {
+                    until_ms: timed.tripped.open_until_ms,
+                },
+                BreakerState::HalfOpen {
+                    since_ms: timed.tripped.open_until_ms,
+                },
+            ),
+            TimeTransition::Closed => (
+                BreakerState::HalfOpen {
+                    since_ms: timed.tripped.open_until_ms,
+                },
+                BreakerState::Closed,
+            ),
+        };
+        let (tenant, merchant) = (&timed.tenant, timed.merchant.as_str());
+        log_transition(
+            breakers,
+            tenant,
+            merchant,
+            &timed.connector,
+            from,
+            to,
+            timed.tripped.counts(),
+        );
+    }
+    if !planned.is_empty() {
+        write(breakers, shard, planned, now).await;
+    }
+    answer.index
 }
 
-/// Learns the breaker's state from a flush's answer and makes the
-/// transition the domain's rules call for, if any.
-async fn decide(
+/// A transition to write, with what it was decided from.
+struct Planned {
+    plan: PlannedTransition,
+    from: BreakerState,
+    counts: Counts,
+}
+
+/// Learns the breaker's state from a flush's answer, and the transition
+/// the domain's rules call for, if any; a CLOSED window that will trip as
+/// it ages is looked at again then.
+fn decide(
     breakers: &Breakers,
-    tenant: &Tenant,
-    merchant: &MerchantId,
+    merchant: &MerchantTallies,
     snapshot: ConnectorSnapshot,
     now: i64,
-) {
+) -> Option<Planned> {
     let settings = &breakers.settings;
+    let (tenant, id) = (&merchant.tenant, merchant.merchant.as_str());
     let connector = snapshot.connector.as_str();
     let known = breakers
         .view
         .load()
-        .entry(tenant, merchant.as_str(), connector)
+        .entry(tenant, id, connector)
         .and_then(|entry| entry.tripped);
     if known != snapshot.tripped {
         breakers.view.update(
             tenant,
-            merchant.as_str(),
+            id,
             connector,
             Change::Tripped(snapshot.tripped),
             settings.max_tracked,
         );
     }
     let state = state_at(snapshot.tripped.as_ref(), now, settings);
-    let (transition, from, counts) = match state {
+    let (transition, counts) = match state {
         BreakerState::Closed if trips(snapshot.window, settings) => {
-            (BreakerTransition::Trip, state, snapshot.window)
+            (BreakerTransition::Trip, snapshot.window)
         }
-        BreakerState::HalfOpen { since_ms } => match probes_decide(snapshot.probes, settings) {
-            Some(ProbeVerdict::Close) => (
+        BreakerState::Closed => {
+            if let (Some(at), Ok(connector)) = (
+                trips_at(&snapshot.ring, now, settings),
+                Connector::parse(connector),
+            ) {
+                let key = (tenant.clone(), merchant.merchant.clone(), connector);
+                breakers.rechecks.schedule(at, key);
+            }
+            return None;
+        }
+        BreakerState::HalfOpen { since_ms } => match probes_decide(snapshot.probes, settings)? {
+            ProbeVerdict::Close => (
                 BreakerTransition::Close {
                     open_until_ms: since_ms,
                 },
-                state,
                 snapshot.probes,
             ),
-            Some(ProbeVerdict::Reopen) => (
+            ProbeVerdict::Reopen => (
                 BreakerTransition::Reopen {
                     open_until_ms: since_ms,
                 },
-                state,
                 snapshot.probes,
             ),
-            None => return,
         },
-        _ => return,
+        BreakerState::Open { .. } => return None,
     };
-    let deadline = Instant::now() + STEP_DEADLINE;
-    let made = breakers
-        .store
-        .transition_breaker(
-            tenant, merchant, connector, transition, now, settings, deadline,
-        )
-        .await;
-    let tripped: Option<Tripped> = match made {
-        // Another instance got there first: its transition is in the index.
-        Ok(None) => return,
-        Ok(Some(tripped)) => match transition {
-            BreakerTransition::Close { .. } => None,
-            _ => Some(tripped),
+    Some(Planned {
+        plan: PlannedTransition {
+            tenant: tenant.clone(),
+            merchant: merchant.merchant.clone(),
+            connector: snapshot.connector,
+            transition,
         },
+        from: state,
+        counts,
+    })
+}
+
+/// Writes one shard's transitions, each with its index entry, and shows
+/// and logs the ones made.
+async fn write(breakers: &Breakers, shard: Shard, planned: Vec<Planned>, now: i64) {
+    let settings = &breakers.settings;
+    let plans: Vec<PlannedTransition> = planned.iter().map(|p| p.plan.clone()).collect();
+    let deadline = Instant::now() + STEP_DEADLINE;
+    let made = match breakers
+        .store
+        .breaker_transitions(shard, &plans, now, settings, deadline)
+        .await
+    {
+        Ok(made) => made,
         Err(error) => {
             breakers.io_failed("transition", &error);
             return;
         }
     };
-    breakers.view.update(
-        tenant,
-        merchant.as_str(),
-        connector,
-        Change::Tripped(tripped),
-        settings.max_tracked,
-    );
-    let to = state_at(tripped.as_ref(), now, settings);
-    log_transition(
-        breakers,
-        tenant,
-        merchant.as_str(),
-        connector,
-        from,
-        to,
-        counts,
-    );
-    let indexed = match (transition, tripped) {
-        (BreakerTransition::Close { open_until_ms }, _) => breakers
-            .store
-            .index_clear_trip(tenant, merchant, connector, open_until_ms, deadline)
-            .await
-            .map(|_removed| ()),
-        (_, Some(tripped)) => {
-            breakers
-                .store
-                .index_trip(tenant, merchant, connector, tripped, settings, deadline)
-                .await
-        }
-        (_, None) => Ok(()),
-    };
-    if let Err(error) = indexed {
-        breakers.io_failed("index", &error);
-    }
-}
-
-/// Reads the index into the view.
-async fn poll(breakers: &Breakers) {
-    let now = unix_millis();
-    let deadline = Instant::now() + STEP_DEADLINE;
-    // Taken before the read: this instance's changes after it may be
-    // missing from the answer, and are applied over it.
-    let seen = breakers.view.own_changes_seen();
-    match breakers
-        .store
-        .poll_breaker_index(now, &breakers.settings, deadline)
-        .await
-    {
-        Ok(entries) => {
-            let dropped = breakers
-                .view
-                .replace(entries, now, breakers.settings.max_tracked, seen);
-            if dropped > 0 {
-                tracing::warn!(
-                    dropped,
-                    max_tracked = breakers.settings.max_tracked,
-                    "more breakers are tripped or overridden than STICKY_ROUTING_BREAKER_MAX_TRACKED; \
-                     the rest read as CLOSED on this instance"
-                );
+    for (planned, made) in planned.into_iter().zip(made) {
+        let Planned { plan, from, counts } = planned;
+        let tripped: Option<Tripped> = match made {
+            // Another instance got there first: its transition is in the index.
+            Ok(None) => continue,
+            Ok(Some(tripped)) => match plan.transition {
+                BreakerTransition::Close { .. } => None,
+                _ => Some(tripped),
+            },
+            Err(error) => {
+                breakers.io_failed("transition", &error);
+                continue;
             }
-        }
-        Err(error) => breakers.io_failed("poll", &error),
+        };
+        let (tenant, merchant) = (&plan.tenant, plan.merchant.as_str());
+        breakers.view.update(
+            tenant,
+            merchant,
+            &plan.connector,
+            Change::Tripped(tripped),
+            settings.max_tracked,
+        );
+        let to = state_at(tripped.as_ref(), now, settings);
+        log_transition(
+            breakers,
+            tenant,
+            merchant,
+            &plan.connector,
+            from,
+            to,
+            counts,
+        );
     }
 }
 
@@ -253,14 +316,11 @@ fn log_transition(
     );
 }
 
-/// What each breaker of the view was at the last tick, to log the
-/// transitions that time makes (no instance writes those) and to keep the
-/// open-breakers gauge.
+/// Whether some shards' states had gone stale (fail-open), to say so
+/// once, and the open-breakers gauge.
 #[derive(Default)]
 struct Seen {
-    states: HashMap<(Tenant, Box<str>, Box<str>), BreakerState>,
-    /// Whether the view had gone stale (fail-open), to say so once.
-    stale: bool,
+    stale: usize,
 }
 
 impl Seen {
@@ -268,60 +328,34 @@ impl Seen {
         let now = unix_millis();
         let settings = &breakers.settings;
         let snapshot = breakers.view.load();
-        let fresh = snapshot.fresh(now, settings);
-        if fresh == self.stale {
-            self.stale = !fresh;
-            if self.stale {
-                tracing::warn!(
-                    "the breakers' states have not been read from Redis for OPEN_FOR; \
-                     every breaker reads as CLOSED (fail-open) until Redis answers"
-                );
-            }
-        }
-        let mut states = HashMap::with_capacity(snapshot.len());
-        let mut open = 0u64;
-        for (tenant, merchant, connector, entry) in snapshot.entries() {
-            let state = if fresh {
-                state_at(entry.tripped.as_ref(), now, settings)
-            } else {
-                BreakerState::Closed
-            };
-            open += u64::from(matches!(state, BreakerState::Open { .. }));
-            let key = (
-                tenant.clone(),
-                Box::<str>::from(merchant),
-                Box::<str>::from(connector),
+        let stale = snapshot.stale_shards(now, settings);
+        if stale > 0 && self.stale == 0 {
+            tracing::warn!(
+                stale,
+                shards = SHARDS,
+                "some breaker shards' states have not been read from Redis for OPEN_FOR; \
+                 their breakers read as CLOSED (fail-open) until Redis answers"
             );
-            let before = self.states.get(&key).copied();
-            let by_time = match (before, state) {
-                (Some(BreakerState::Open { until_ms }), BreakerState::HalfOpen { since_ms }) => {
-                    until_ms == since_ms
-                }
-                (Some(BreakerState::HalfOpen { .. }), BreakerState::Closed) => fresh,
-                _ => false,
-            };
-            if let (true, Some(before), Some(tripped)) = (by_time, before, entry.tripped) {
-                log_transition(
-                    breakers,
-                    tenant,
-                    merchant,
-                    connector,
-                    before,
-                    state,
-                    tripped.counts(),
-                );
-            }
-            states.insert(key, state);
         }
-        self.states = states;
-        breakers.metrics.set_breakers_open(open);
+        self.stale = stale;
+        let open = snapshot
+            .entries()
+            .filter(|(_, _, _, entry)| snapshot.fresh(entry, now, settings))
+            .filter(|(_, _, _, entry)| {
+                matches!(
+                    state_at(entry.tripped.as_ref(), now, settings),
+                    BreakerState::Open { .. }
+                )
+            })
+            .count();
+        breakers.metrics.set_breakers_open(open as u64);
     }
 }
 
 impl Breakers {
     /// Counts a failed breaker read or write, and logs it when Redis has
     /// not failed the breaker lately.
-    fn io_failed(&self, op: &'static str, error: &StorageError) {
+    fn io_failed(&self, op: &'static str, error: &crate::storage::StorageError) {
         self.metrics.breaker_io_failure(op);
         if self.failure_log.due() {
             tracing::warn!(

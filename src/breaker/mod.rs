@@ -10,23 +10,28 @@
 //! - RecordOutcome adds its call to a tally in memory ([`pending`]);
 //! - GetPin reads the states from a snapshot in memory ([`view`]);
 //! - one background task ([`cycle`]) moves both, every [`cycle::TICK`]:
-//!   it flushes the tallies (one script per (tenant, merchant), all at
-//!   once), decides the transitions with the domain's rules, writes them,
-//!   and reads back the index of every breaker that is not plainly CLOSED
-//!   (of every tenant: one hash), so a transition made by any instance is
-//!   seen by every instance within two ticks.
+//!   per Redis shard (`domain::shards`, a fixed number), one script
+//!   flushes every tally of the shard's merchants and reads back the
+//!   shard's index of every breaker that is not plainly CLOSED; the
+//!   transitions are decided with the domain's rules and written, with
+//!   their index entries, in one more script per shard that has any. So a
+//!   transition made by any instance is seen by every instance within two
+//!   ticks, and the background cost is bounded by the shards, not by the
+//!   merchants (issue 41: at 20,000 merchants a script per merchant per
+//!   tick filled the request path's Redis slots).
 //!
 //! It fails open: a flush that fails loses its tallies (counts are a
-//! signal, not a record), and a view that Redis has not refreshed for
-//! OPEN_FOR is treated as all CLOSED. No RPC waits on the breaker.
+//! signal, not a record), and a shard that Redis has not answered for
+//! OPEN_FOR has its breakers read as CLOSED. No RPC waits on the breaker.
 //!
-//! Polling alone carries transitions between instances: the index is one
-//! small hash, read in one command per tick, so there is no pub/sub
-//! message to lose and nothing to resubscribe after a reconnect.
+//! Polling alone carries transitions between instances: a shard's index is
+//! read by the same script that flushes it, every tick, so there is no
+//! pub/sub message to lose and nothing to resubscribe after a reconnect.
 
 mod cycle;
 mod own_changes;
 mod pending;
+mod rechecks;
 mod view;
 
 use std::sync::Arc;
@@ -47,6 +52,7 @@ use crate::storage::{RedisStore, StorageError};
 use crate::telemetry::{LogThrottle, Metrics};
 use own_changes::Change;
 use pending::Pending;
+use rechecks::Rechecks;
 use view::View;
 
 /// The breakers of every (tenant, merchant, connector) this process serves.
@@ -56,8 +62,11 @@ pub struct Breakers {
     metrics: Arc<Metrics>,
     pending: Pending,
     view: View,
+    rechecks: Rechecks,
     /// Failed breaker reads and writes: a line every 30 s at most.
     failure_log: LogThrottle,
+    /// Breakers past `MAX_TRACKED` in the view: a line every 30 s at most.
+    bound_log: LogThrottle,
 }
 
 impl Breakers {
@@ -65,7 +74,9 @@ impl Breakers {
         Self {
             pending: Pending::new(settings.max_tracked),
             view: View::default(),
+            rechecks: Rechecks::new(settings.max_tracked),
             failure_log: LogThrottle::new(cycle::LOG_FAILURES_EVERY),
+            bound_log: LogThrottle::new(cycle::LOG_FAILURES_EVERY),
             store,
             settings,
             metrics,
@@ -96,7 +107,7 @@ impl Breakers {
         move |connector| {
             let entry = *snapshot.entry(tenant, merchant.as_str(), connector)?;
             let now = *now_ms.get_or_insert_with(unix_millis);
-            if !snapshot.fresh(now, &self.settings) {
+            if !snapshot.fresh(&entry, now, &self.settings) {
                 return None;
             }
             let state = state_at(entry.tripped.as_ref(), now, &self.settings);
@@ -120,7 +131,7 @@ impl Breakers {
         let snapshot = self.view.load();
         let tripped = snapshot
             .entry(tenant, merchant.as_str(), connector.as_str())
-            .filter(|_| snapshot.fresh(now, &self.settings))
+            .filter(|entry| snapshot.fresh(entry, now, &self.settings))
             .and_then(|entry| entry.tripped);
         let state = state_at(tripped.as_ref(), now, &self.settings);
         let into = count_into(state, now, &self.settings);

@@ -4,42 +4,53 @@
 //! two breakers, so two tallies.
 //!
 //! A pair stays tracked after its counts are flushed, so a busy pair costs
-//! one lookup per call and no allocation; the bound (`MAX_TRACKED`) evicts
-//! the pair called least recently, losing its unflushed counts, which can
-//! only happen when more pairs than the bound are called within one tick.
-//! The map is sharded by the pair's hash so that calls on different pairs
-//! rarely wait for one lock.
+//! one lookup per call and no allocation. The bound (`MAX_TRACKED`) is on
+//! all the pairs together: below it nothing is evicted; above it the pair
+//! called least recently in the shard of the map being added to goes, and
+//! its unflushed counts go with the next flush, never lost. (The shards
+//! share one count of pairs; a shard keeps its last pair, so the map may
+//! exceed the bound by at most one pair per shard.) The map is sharded by
+//! the pair's hash so that calls on different pairs rarely wait for one
+//! lock.
 
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use foldhash::fast::RandomState;
-use std::num::NonZeroUsize;
 use std::sync::{Mutex, PoisonError};
 
 use lru::LruCache;
 
 use crate::domain::breaker::{CountInto, Counts};
 use crate::domain::ids::{Connector, MerchantId};
+use crate::domain::shards::{SHARDS, Shard, shard_of};
 use crate::domain::tenant::Tenant;
-use crate::storage::ConnectorTally;
+use crate::storage::{ConnectorTally, MerchantTallies};
 
 /// More shards than cores, so two calls rarely meet on one lock.
-const SHARDS: usize = 16;
+const LOCKS: usize = 16;
 
-/// One (tenant, merchant)'s tallies, taken for one flush.
-pub(super) type Taken = (Tenant, MerchantId, Vec<ConnectorTally>);
+/// Every (tenant, merchant)'s tallies of one flush, by the Redis shard
+/// (`domain::shards`) their keys live in.
+pub(super) type Taken = Vec<Vec<MerchantTallies>>;
 
 pub(super) struct Pending {
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[Mutex<Part>]>,
     hasher: RandomState,
+    /// Pairs tracked, all shards together.
+    tracked: AtomicUsize,
+    max_tracked: usize,
 }
 
-struct Shard {
+/// One lock's part of the map.
+struct Part {
     /// Keyed by the pair's hash; the pair itself is kept in the value and
     /// compared, so a hash collision replaces, never mixes, two pairs.
     tracked: LruCache<u64, Tally>,
     /// The pairs with counts since the last flush.
     dirty: Vec<u64>,
+    /// Pairs evicted with counts not yet flushed: the next flush takes them.
+    evicted: Vec<Tally>,
 }
 
 struct Tally {
@@ -82,23 +93,34 @@ impl Tally {
         counts.calls += 1;
         counts.failures += u64::from(failed);
     }
+
+    /// The counts since the last flush, taken.
+    fn take(&mut self) -> ConnectorTally {
+        self.dirty = false;
+        ConnectorTally {
+            connector: self.connector.as_str().to_owned(),
+            buckets: std::mem::take(&mut self.buckets),
+            probes: self.probes.take(),
+        }
+    }
 }
 
 impl Pending {
-    /// At most `max_tracked` pairs in all: the shards share the bound.
+    /// At most `max_tracked` pairs in all (one more per shard at worst).
     pub fn new(max_tracked: usize) -> Self {
-        let shards = SHARDS.min(max_tracked).max(1);
-        let per_shard = NonZeroUsize::new(max_tracked / shards).unwrap_or(NonZeroUsize::MIN);
         Self {
-            shards: (0..shards)
+            shards: (0..LOCKS)
                 .map(|_| {
-                    Mutex::new(Shard {
-                        tracked: LruCache::new(per_shard),
+                    Mutex::new(Part {
+                        tracked: LruCache::unbounded(),
                         dirty: Vec::new(),
+                        evicted: Vec::new(),
                     })
                 })
                 .collect(),
             hasher: RandomState::default(),
+            tracked: AtomicUsize::new(0),
+            max_tracked: max_tracked.max(1),
         }
     }
 
@@ -112,6 +134,26 @@ impl Pending {
         into: CountInto,
         failed: bool,
     ) {
+        if into != CountInto::Nowhere {
+            self.with_tally(tenant, merchant, connector, |tally| tally.add(into, failed));
+        }
+    }
+
+    /// Has the pair flushed at the next tick even with no counts, so that
+    /// its window is read again (a breaker whose window will trip as old
+    /// calls age out).
+    pub fn touch(&self, tenant: &Tenant, merchant: &MerchantId, connector: &Connector) {
+        self.with_tally(tenant, merchant, connector, |_| {});
+    }
+
+    /// Runs `change` on the pair's tally (made if new) and marks it dirty.
+    fn with_tally(
+        &self,
+        tenant: &Tenant,
+        merchant: &MerchantId,
+        connector: &Connector,
+        change: impl FnOnce(&mut Tally),
+    ) {
         // The tenant's id goes in borrowed: no allocation, and the default
         // tenant adds one discriminant to the hash.
         let key = self
@@ -119,33 +161,40 @@ impl Pending {
             .hash_one((tenant.id(), merchant.as_str(), connector.as_str()));
         let shard = &self.shards[usize::try_from(key % self.shards.len() as u64).unwrap_or(0)];
         let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-        let tally = match shard.tracked.get_mut(&key) {
-            Some(tally)
-                if tally.merchant == *merchant
-                    && tally.connector == *connector
-                    && tally.tenant == *tenant =>
-            {
-                tally
-            }
-            _ => {
-                shard.tracked.put(
-                    key,
-                    Tally {
-                        tenant: tenant.clone(),
-                        merchant: merchant.clone(),
-                        connector: connector.clone(),
-                        buckets: Vec::new(),
-                        probes: None,
-                        dirty: false,
-                    },
-                );
-                match shard.tracked.get_mut(&key) {
-                    Some(tally) => tally,
-                    None => return,
+        let known = shard.tracked.get_mut(&key).is_some_and(|tally| {
+            tally.merchant == *merchant && tally.connector == *connector && tally.tenant == *tenant
+        });
+        if !known {
+            let new = Tally {
+                tenant: tenant.clone(),
+                merchant: merchant.clone(),
+                connector: connector.clone(),
+                buckets: Vec::new(),
+                probes: None,
+                dirty: false,
+            };
+            match shard.tracked.push(key, new) {
+                // A pair of the same hash, replaced: its counts still go.
+                Some((_, old)) if old.dirty => shard.evicted.push(old),
+                Some(_) => {}
+                None => {
+                    if self.tracked.fetch_add(1, Ordering::Relaxed) >= self.max_tracked
+                        && shard.tracked.len() > 1
+                    {
+                        if let Some((_, old)) = shard.tracked.pop_lru() {
+                            self.tracked.fetch_sub(1, Ordering::Relaxed);
+                            if old.dirty {
+                                shard.evicted.push(old);
+                            }
+                        }
+                    }
                 }
             }
+        }
+        let Some(tally) = shard.tracked.get_mut(&key) else {
+            return;
         };
-        tally.add(into, failed);
+        change(tally);
         if !tally.dirty {
             tally.dirty = true;
             shard.dirty.push(key);
@@ -153,37 +202,30 @@ impl Pending {
     }
 
     /// Takes every count since the last call, grouped by (tenant,
-    /// merchant): one breaker flush each.
-    pub fn take(&self) -> Vec<Taken> {
-        let mut by_merchant: Vec<Taken> = Vec::new();
+    /// merchant), each merchant in its Redis shard: one flush per shard.
+    pub fn take(&self) -> Taken {
+        let mut tallies: Vec<(Tenant, MerchantId, ConnectorTally)> = Vec::new();
         for shard in &*self.shards {
             let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-            let Shard { tracked, dirty } = &mut *shard;
+            let Part {
+                tracked,
+                dirty,
+                evicted,
+            } = &mut *shard;
             for key in dirty.drain(..) {
-                // Evicted since it was counted: its counts went with it.
-                let Some(tally) = tracked.peek_mut(&key) else {
-                    continue;
-                };
-                tally.dirty = false;
-                let flushed = ConnectorTally {
-                    connector: tally.connector.as_str().to_owned(),
-                    buckets: std::mem::take(&mut tally.buckets),
-                    probes: tally.probes.take(),
-                };
-                match by_merchant
-                    .iter_mut()
-                    .find(|(t, m, _)| *m == tally.merchant && *t == tally.tenant)
-                {
-                    Some((_, _, tallies)) => tallies.push(flushed),
-                    None => by_merchant.push((
-                        tally.tenant.clone(),
-                        tally.merchant.clone(),
-                        vec![flushed],
-                    )),
+                match tracked.peek_mut(&key) {
+                    Some(tally) if tally.dirty => {
+                        tallies.push((tally.tenant.clone(), tally.merchant.clone(), tally.take()));
+                    }
+                    _ => {}
                 }
             }
+            for mut tally in evicted.drain(..) {
+                let taken = tally.take();
+                tallies.push((tally.tenant, tally.merchant, taken));
+            }
         }
-        by_merchant
+        group(tallies)
     }
 
     /// How many pairs are tracked now.
@@ -202,6 +244,31 @@ impl Pending {
     }
 }
 
+/// Tallies grouped by (tenant, merchant), in their Redis shards.
+fn group(mut tallies: Vec<(Tenant, MerchantId, ConnectorTally)>) -> Taken {
+    tallies.sort_by(|a, b| (&a.0, a.1.as_str()).cmp(&(&b.0, b.1.as_str())));
+    let mut taken: Taken = (0..SHARDS).map(|_| Vec::new()).collect();
+    let mut last: Option<Shard> = None;
+    for (tenant, merchant, tally) in tallies {
+        if let Some(shard) = last {
+            if let Some(current) = taken[shard.index()].last_mut() {
+                if current.tenant == tenant && current.merchant == merchant {
+                    current.tallies.push(tally);
+                    continue;
+                }
+            }
+        }
+        let shard = shard_of(&tenant, &merchant);
+        last = Some(shard);
+        taken[shard.index()].push(MerchantTallies {
+            tenant,
+            merchant,
+            tallies: vec![tally],
+        });
+    }
+    taken
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,56 +280,54 @@ mod tests {
         )
     }
 
+    /// Every merchant's tallies taken, each checked to be in its shard.
+    fn take(pending: &Pending) -> Vec<MerchantTallies> {
+        let taken = pending.take();
+        assert_eq!(taken.len(), SHARDS);
+        let mut all = Vec::new();
+        for (shard, merchants) in taken.into_iter().enumerate() {
+            for merchant in merchants {
+                assert_eq!(
+                    shard_of(&merchant.tenant, &merchant.merchant).index(),
+                    shard
+                );
+                all.push(merchant);
+            }
+        }
+        all.sort_by(|x, y| (&x.tenant, x.merchant.as_str()).cmp(&(&y.tenant, y.merchant.as_str())));
+        all
+    }
+
+    fn counts(calls: u64, failures: u64) -> Counts {
+        Counts { calls, failures }
+    }
+
     #[test]
     fn counts_are_taken_once_grouped_by_merchant() {
         let pending = Pending::new(100);
         let (m1, a) = pair("m1", "a");
         let (m2, b) = pair("m2", "b");
-        pending.add(&Tenant::DEFAULT, &m1, &a, CountInto::Bucket(7), true);
-        pending.add(&Tenant::DEFAULT, &m1, &a, CountInto::Bucket(7), false);
-        pending.add(&Tenant::DEFAULT, &m1, &a, CountInto::Bucket(8), true);
-        pending.add(
-            &Tenant::DEFAULT,
-            &m2,
-            &b,
-            CountInto::Probe { open_until_ms: 5 },
-            true,
-        );
-        pending.add(&Tenant::DEFAULT, &m2, &b, CountInto::Nowhere, true);
-        let mut taken = pending.take();
-        taken.sort_by(|x, y| x.1.as_str().cmp(y.1.as_str()));
+        let d = &Tenant::DEFAULT;
+        pending.add(d, &m1, &a, CountInto::Bucket(7), true);
+        pending.add(d, &m1, &a, CountInto::Bucket(7), false);
+        pending.add(d, &m1, &a, CountInto::Bucket(8), true);
+        pending.add(d, &m2, &b, CountInto::Probe { open_until_ms: 5 }, true);
+        pending.add(d, &m2, &b, CountInto::Nowhere, true);
+        let taken = take(&pending);
         assert_eq!(taken.len(), 2);
         assert_eq!(
-            taken[0].2[0].buckets,
-            vec![
-                (
-                    7,
-                    Counts {
-                        calls: 2,
-                        failures: 1
-                    }
-                ),
-                (
-                    8,
-                    Counts {
-                        calls: 1,
-                        failures: 1
-                    }
-                )
-            ]
+            taken[0].tallies[0].buckets,
+            vec![(7, counts(2, 1)), (8, counts(1, 1))]
         );
-        assert_eq!(
-            taken[1].2[0].probes,
-            Some((
-                5,
-                Counts {
-                    calls: 1,
-                    failures: 1
-                }
-            ))
-        );
-        assert!(pending.take().is_empty(), "nothing is flushed twice");
+        assert_eq!(taken[1].tallies[0].probes, Some((5, counts(1, 1))));
+        assert!(take(&pending).is_empty(), "nothing is flushed twice");
         assert_eq!(pending.len(), 2, "the pairs stay tracked");
+        // A touched pair is flushed with no counts, so its window is read.
+        pending.touch(d, &m1, &a);
+        let taken = take(&pending);
+        assert_eq!(taken.len(), 1);
+        assert_eq!(taken[0].tallies[0].connector, "a");
+        assert!(taken[0].tallies[0].buckets.is_empty());
     }
 
     #[test]
@@ -276,63 +341,73 @@ mod tests {
         pending.add(&acme, &m, &a, CountInto::Bucket(7), false);
         pending.add(&globex, &m, &a, CountInto::Probe { open_until_ms: 5 }, true);
         assert_eq!(pending.len(), 3);
-        let mut taken = pending.take();
-        taken.sort_by(|x, y| x.0.cmp(&y.0));
-        let tenants: Vec<&Tenant> = taken.iter().map(|(t, _, _)| t).collect();
+        let taken = take(&pending);
+        let tenants: Vec<&Tenant> = taken.iter().map(|t| &t.tenant).collect();
         assert_eq!(tenants, [&Tenant::DEFAULT, &acme, &globex]);
-        for (_, merchant, tallies) in &taken {
-            assert_eq!(*merchant, m);
-            assert_eq!(tallies.len(), 1);
-            assert_eq!(tallies[0].connector, "a");
+        for merchant in &taken {
+            assert_eq!(merchant.merchant, m);
+            assert_eq!(merchant.tallies.len(), 1);
+            assert_eq!(merchant.tallies[0].connector, "a");
         }
-        let counts = |calls, failures| Counts { calls, failures };
-        assert_eq!(taken[0].2[0].buckets, vec![(7, counts(1, 1))]);
-        assert_eq!(taken[1].2[0].buckets, vec![(7, counts(2, 0))]);
-        assert!(taken[2].2[0].buckets.is_empty());
-        assert_eq!(taken[2].2[0].probes, Some((5, counts(1, 1))));
+        assert_eq!(taken[0].tallies[0].buckets, vec![(7, counts(1, 1))]);
+        assert_eq!(taken[1].tallies[0].buckets, vec![(7, counts(2, 0))]);
+        assert!(taken[2].tallies[0].buckets.is_empty());
+        assert_eq!(taken[2].tallies[0].probes, Some((5, counts(1, 1))));
     }
 
     #[test]
     fn probes_of_an_older_half_open_are_dropped() {
         let pending = Pending::new(100);
         let (m, a) = pair("m", "a");
-        pending.add(
-            &Tenant::DEFAULT,
-            &m,
-            &a,
-            CountInto::Probe { open_until_ms: 5 },
-            true,
-        );
-        pending.add(
-            &Tenant::DEFAULT,
-            &m,
-            &a,
-            CountInto::Probe { open_until_ms: 9 },
-            false,
-        );
-        let taken = pending.take();
-        assert_eq!(
-            taken[0].2[0].probes,
-            Some((
-                9,
-                Counts {
-                    calls: 1,
-                    failures: 0
-                }
-            ))
-        );
+        let d = &Tenant::DEFAULT;
+        pending.add(d, &m, &a, CountInto::Probe { open_until_ms: 5 }, true);
+        pending.add(d, &m, &a, CountInto::Probe { open_until_ms: 9 }, false);
+        let taken = take(&pending);
+        assert_eq!(taken[0].tallies[0].probes, Some((9, counts(1, 0))));
     }
 
+    /// Issue 41: with 16 pairs allowed, 8 connectors' counts are never lost
+    /// (the bound was split into 16 shards of one pair each, and a pair
+    /// was evicted with its counts when its own shard was full).
     #[test]
-    fn at_most_max_tracked_pairs_least_recently_used_out() {
-        let pending = Pending::new(3);
-        let ids: Vec<_> = (0..5).map(|i| pair("m", &format!("c{i}"))).collect();
-        for (m, c) in &ids {
-            pending.add(&Tenant::DEFAULT, m, c, CountInto::Bucket(1), false);
+    fn below_the_bound_no_count_is_lost() {
+        let pending = Pending::new(16);
+        let d = &Tenant::DEFAULT;
+        let ids: Vec<_> = (0..8).map(|i| pair("m", &format!("c{i}"))).collect();
+        for _ in 0..25 {
+            for (m, c) in &ids {
+                pending.add(d, m, c, CountInto::Bucket(1), true);
+            }
         }
-        assert!(pending.len() <= 3);
-        let taken = pending.take();
-        let flushed: usize = taken.iter().map(|(_, _, t)| t.len()).sum();
-        assert_eq!(flushed, pending.len());
+        assert_eq!(pending.len(), 8);
+        let calls: u64 = take(&pending)
+            .iter()
+            .flat_map(|m| &m.tallies)
+            .flat_map(|t| &t.buckets)
+            .map(|(_, c)| c.calls)
+            .sum();
+        assert_eq!(calls, 200);
+    }
+
+    /// Above the bound the least recently used pairs go, and their counts
+    /// with the next flush.
+    #[test]
+    fn above_the_bound_evicted_counts_are_flushed_not_dropped() {
+        let pending = Pending::new(3);
+        let d = &Tenant::DEFAULT;
+        let ids: Vec<_> = (0..40).map(|i| pair(&format!("m{i}"), "a")).collect();
+        for (m, c) in &ids {
+            pending.add(d, m, c, CountInto::Bucket(1), false);
+        }
+        assert!(pending.len() <= 3 + LOCKS, "{}", pending.len());
+        let taken = take(&pending);
+        let calls: u64 = taken
+            .iter()
+            .flat_map(|m| &m.tallies)
+            .flat_map(|t| &t.buckets)
+            .map(|(_, c)| c.calls)
+            .sum();
+        assert_eq!(calls, 40, "every count is flushed");
+        assert_eq!(taken.len(), 40);
     }
 }

@@ -30,7 +30,7 @@ use serde::Serialize;
 
 use crate::config::Settings;
 use crate::domain::ids::MerchantId;
-use crate::domain::keys::{experiment_key_pattern, parse_experiment_key};
+use crate::domain::keys::{experiment_key_patterns, parse_experiment_key};
 use crate::domain::tenant::Tenant;
 use crate::domain::uplift::{GroupCounts, Uplift};
 use crate::experiment::{DEFAULT_DAYS, MAX_DAYS, days, uplift_of};
@@ -192,8 +192,9 @@ async fn read_counts(
         Err(ScanError::Connect(why)) => return Err(super::unreachable(&redis, &why)),
         Err(error) => return Err(error.to_string()),
     };
-    let pattern = experiment_key_pattern(&request.tenant, request.merchant.as_ref());
-    let mut pages = scanner.scan(&pattern);
+    // Both layouts: the sharded keys, and those written before the shards
+    // until they expire (`domain::keys::legacy_experiment_key`).
+    let patterns = experiment_key_patterns(&request.tenant, request.merchant.as_ref());
     let wanted: HashSet<u32> = wanted.iter().copied().collect();
     let mut read = Read::default();
     if let Some(merchant) = &request.merchant {
@@ -203,47 +204,53 @@ async fn read_counts(
     // SCAN may name a key twice (its own guarantee): each is summed once.
     let mut seen: HashSet<Vec<u8>> = HashSet::new();
     let mut failed = None;
-    while let Some(page) = pages.recv().await {
-        let page = match page {
-            Ok(page) => page,
-            Err(error) => {
-                failed = Some(error.to_string());
-                break;
-            }
-        };
-        for hash in page {
-            let parsed = std::str::from_utf8(&hash.key)
-                .ok()
-                .and_then(parse_experiment_key);
-            let counts = match (&parsed, &hash.contents) {
-                // Deleted or expired between SCAN and HGETALL: no sighting.
-                (_, HashContents::Fields(fields)) if fields.is_empty() => continue,
-                (Some(_), HashContents::Fields(fields)) => ExperimentCounts::from_fields(
-                    fields.iter().map(|(f, v)| (f.as_slice(), v.as_slice())),
-                )
-                .ok(),
-                _ => None,
+    for pattern in &patterns {
+        let mut pages = scanner.scan(pattern);
+        while let Some(page) = pages.recv().await {
+            let page = match page {
+                Ok(page) => page,
+                Err(error) => {
+                    failed = Some(error.to_string());
+                    break;
+                }
             };
-            if !seen.insert(hash.key.clone()) {
-                continue;
+            for hash in page {
+                let parsed = std::str::from_utf8(&hash.key)
+                    .ok()
+                    .and_then(parse_experiment_key);
+                let counts = match (&parsed, &hash.contents) {
+                    // Deleted or expired between SCAN and HGETALL: no sighting.
+                    (_, HashContents::Fields(fields)) if fields.is_empty() => continue,
+                    (Some(_), HashContents::Fields(fields)) => ExperimentCounts::from_fields(
+                        fields.iter().map(|(f, v)| (f.as_slice(), v.as_slice())),
+                    )
+                    .ok(),
+                    _ => None,
+                };
+                if !seen.insert(hash.key.clone()) {
+                    continue;
+                }
+                let (Some((tenant, merchant, day)), Some(counts)) = (parsed, counts) else {
+                    read.unreadable += 1;
+                    continue;
+                };
+                // The pattern keeps to the merchant asked for, but a glob can
+                // only narrow so far, and the default tenant's matches every
+                // tenant's keys: the parsed ids decide.
+                if tenant != request.tenant
+                    || request.merchant.as_ref().is_some_and(|m| *m != merchant)
+                    || !wanted.contains(&day)
+                {
+                    continue;
+                }
+                read.by_merchant
+                    .entry(merchant.as_str().to_owned())
+                    .or_default()
+                    .add(&counts);
             }
-            let (Some((tenant, merchant, day)), Some(counts)) = (parsed, counts) else {
-                read.unreadable += 1;
-                continue;
-            };
-            // The pattern keeps to the merchant asked for, but a glob can
-            // only narrow so far, and the default tenant's matches every
-            // tenant's keys: the parsed ids decide.
-            if tenant != request.tenant
-                || request.merchant.as_ref().is_some_and(|m| *m != merchant)
-                || !wanted.contains(&day)
-            {
-                continue;
-            }
-            read.by_merchant
-                .entry(merchant.as_str().to_owned())
-                .or_default()
-                .add(&counts);
+        }
+        if failed.is_some() {
+            break;
         }
     }
     super::quit_within(scanner.quit()).await;

@@ -395,7 +395,12 @@ pub fn count_into(state: BreakerState, now_ms: i64, s: &BreakerSettings) -> Coun
     }
 }
 
+mod aging;
+
+pub use aging::trips_at;
+
 #[cfg(test)]
 pub(crate) mod model;
+
 #[cfg(test)]
 mod tests;

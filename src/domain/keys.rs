@@ -1,12 +1,14 @@
 //! Redis key encoding. One hash per (merchant, customer):
 //! `sticky_gw_{merchant}_{customer}`, one admission key per merchant
-//! `sticky_adm_{merchant}`, and the circuit breaker's family `sticky_brk_`
-//! (contract v1.2 §3): per merchant a counts hash `sticky_brk_c{M}`, per
-//! (merchant, connector) an OPEN key `sticky_brk_o{M}C`, and one global
-//! index hash `sticky_brk_i` whose fields ([`index_trip_field`],
+//! `sticky_adm_{merchant}`, and the background counts, each key of which
+//! carries the hash tag `{S}` of its merchant's shard (`domain::shards`):
+//! the circuit breaker's family `sticky_brk_` (contract v1.2 §3), per
+//! merchant a counts hash `sticky_brk_c{S}M`, per (merchant, connector) an
+//! OPEN key `sticky_brk_o{S}M_C`, and per shard an index hash
+//! `sticky_brk_i{S}` whose fields ([`index_trip_field`],
 //! [`index_override_field`]) name a pair by length prefix; and the
 //! experiment counts (contract v1.2 §4), one hash per merchant and UTC day
-//! `sticky_exp_{merchant}_{YYYYMMDD}` ([`experiment_key`]) with the fields
+//! `sticky_exp_{S}M_YYYYMMDD` ([`experiment_key`]) with the fields
 //! [`EXPERIMENT_FIELDS`].
 //!
 //! The encoding must be injective, and no customer key may equal any other
@@ -18,11 +20,11 @@
 //! - every kind of key has its own prefix, and no prefix starts another.
 //!
 //! `{` and `}` are escaped so a caller's id can never form a Redis Cluster
-//! hash tag and pile customers into one slot. The breaker keys write the
-//! braces themselves around the escaped merchant id (M), so that tag is the
-//! merchant: its counts hash and OPEN keys share a slot, which the scripts
-//! that touch both need; the connector (C) after it has `%`, `{` and `}`
-//! escaped. Ids without `_` in the merchant
+//! hash tag and pile customers into one slot. The sharded keys write the
+//! braces themselves around their shard's tag, before the escaped merchant
+//! id (M), which holds no brace: every key of a shard shares a slot, which
+//! the scripts that carry a whole shard need; the connector (C) after the
+//! merchant has `%`, `{` and `}` escaped. Ids without `_` in the merchant
 //! id and without `%`, `{`, `}` map to exactly `sticky_gw_{merchant}_{customer}`.
 //!
 //! Export reads keys back: [`parse_customer_key`] inverts [`customer_key`]
@@ -33,19 +35,20 @@
 //! layout above, exactly. Every other tenant's keys hold its namespace right
 //! after the merchant's place starts: `%T`, the tenant id with `_` escaped
 //! as `%5F`, then `_` (`sticky_gw_%Tacme_m1_cust42`,
-//! `sticky_adm_%Tacme_m1`, `sticky_exp_%Tacme_m1_20261202`,
-//! `sticky_brk_c{%Tacme_m1}`, `sticky_brk_o{%Tacme_m1}GIGADAT`). An escaped
+//! `sticky_adm_%Tacme_m1`, `sticky_exp_{b6.11}%Tacme_m1_20261202`,
+//! `sticky_brk_c{b6.11}%Tacme_m1`, `sticky_brk_o{b6.11}%Tacme_m1_GIGADAT`). An escaped
 //! merchant id never starts with `%T` (its `%` always starts `%25`, `%5F`,
 //! `%7B` or `%7D`), so no tenant's key equals a default one; the escaped
 //! tenant holds no `_`, so its first `_` ends it and no two tenants share a
-//! key. The namespace sits inside the breaker keys' hash tag, so a
-//! (tenant, merchant)'s counts and OPEN keys still share a slot. The
-//! breaker index is one hash for every tenant: a tenant's fields start
+//! key. The tenant is part of the shard's hash (`domain::shards`). A
+//! shard's breaker index holds every tenant's merchants of that shard: a
+//! tenant's fields start
 //! with `@`, the tenant's length in bytes, `:` and the tenant id
 //! (`@4:acmet2:m1GIGADAT`), where a default field starts with `t` or `o`.
 //! Every family keeps its prefix, so the ACL patterns are unchanged.
 
 use super::ids::{Connector, CustomerId, MerchantId};
+use super::shards::{Shard, shard_of};
 use super::tenant::Tenant;
 
 /// Prefix of every customer hash.
@@ -124,8 +127,6 @@ fn strip_namespace(rest: &str) -> Option<(Tenant, &str)> {
 
 /// Prefix of every circuit-breaker key (the ACL pattern `~sticky_brk_*`).
 pub const BREAKER_KEY_PREFIX: &str = "sticky_brk_";
-/// The global index of every breaker that is not CLOSED and every override.
-pub const BREAKER_INDEX_KEY: &str = "sticky_brk_i";
 
 /// A merchant's breaker counts: one hash for all its connectors.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -135,41 +136,69 @@ pub struct BreakerCountsKey(String);
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct BreakerOpenKey(String);
 
-/// `sticky_brk_c{M}`: the merchant, escaped as customer keys escape it, is
-/// the Cluster hash tag, so its counts hash and its open keys share a slot.
+/// A shard's breaker index: every breaker of the shard's merchants that is
+/// not CLOSED, and every override.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BreakerIndexKey(String);
+
+/// `sticky_brk_c{S}M`: the shard's tag ([`Shard::tag`]) is the Cluster hash
+/// tag, so every key of the shard's merchants shares a slot, and one
+/// script carries all their counts; the merchant (after its tenant's
+/// namespace), escaped as customer keys escape it, follows.
 pub fn breaker_counts_key(tenant: &Tenant, merchant: &MerchantId) -> BreakerCountsKey {
-    let mut key = String::with_capacity(
-        BREAKER_KEY_PREFIX.len() + namespace_len(tenant) + merchant.as_str().len() + 3,
-    );
-    key.push_str(BREAKER_KEY_PREFIX);
-    key.push_str("c{");
+    let mut key = sharded(BREAKER_KEY_PREFIX, 'c', tenant, merchant, 0);
     push_namespace(&mut key, tenant);
     escape_into(&mut key, merchant.as_str(), true);
-    key.push('}');
     BreakerCountsKey(key)
 }
 
-/// `sticky_brk_o{M}C`: the connector follows the hash tag with `%`, `{`
-/// and `}` escaped (the escaped merchant holds no `}`, so the tag ends
-/// where the merchant does).
+/// `sticky_brk_o{S}M_C`: as the counts key, then `_` (the escaped
+/// merchant holds none, so it ends the merchant) and the connector with
+/// `%`, `{` and `}` escaped.
 pub fn breaker_open_key(tenant: &Tenant, merchant: &MerchantId, connector: &str) -> BreakerOpenKey {
-    let mut key = String::with_capacity(
-        BREAKER_KEY_PREFIX.len()
-            + namespace_len(tenant)
-            + merchant.as_str().len()
-            + connector.len()
-            + 3,
+    let mut key = sharded(
+        BREAKER_KEY_PREFIX,
+        'o',
+        tenant,
+        merchant,
+        connector.len() + 1,
     );
-    key.push_str(BREAKER_KEY_PREFIX);
-    key.push_str("o{");
     push_namespace(&mut key, tenant);
     escape_into(&mut key, merchant.as_str(), true);
-    key.push('}');
+    key.push('_');
     escape_into(&mut key, connector, false);
     BreakerOpenKey(key)
 }
 
-/// What an index field of [`BREAKER_INDEX_KEY`] holds for its pair.
+/// `sticky_brk_i{S}`: the shard's breaker index, in the shard's slot.
+pub fn breaker_index_key(shard: Shard) -> BreakerIndexKey {
+    BreakerIndexKey(format!("{BREAKER_KEY_PREFIX}i{{{}}}", shard.tag()))
+}
+
+/// A key's start: `prefix`, `kind` (if not `\0`), and the hash tag of the
+/// merchant's shard; `more` bytes are reserved past the ids.
+fn sharded(
+    prefix: &str,
+    kind: char,
+    tenant: &Tenant,
+    merchant: &MerchantId,
+    more: usize,
+) -> String {
+    let tag = shard_of(tenant, merchant).tag();
+    let mut key = String::with_capacity(
+        prefix.len() + 3 + tag.len() + namespace_len(tenant) + merchant.as_str().len() + more,
+    );
+    key.push_str(prefix);
+    if kind != '\0' {
+        key.push(kind);
+    }
+    key.push('{');
+    key.push_str(tag);
+    key.push('}');
+    key
+}
+
+/// What an index field of a [`BreakerIndexKey`] holds for its pair.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum IndexFieldKind {
     /// The breaker's trip (`t…`).
@@ -267,54 +296,90 @@ pub const EXPERIMENT_FIELDS: [&str; 10] = [
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ExperimentKey(String);
 
-/// `sticky_exp_{M}_{YYYYMMDD}`: the merchant escaped as in customer and
-/// admission keys (its own `_` too, so the first `_` after the prefix ends
-/// it), then the day, eight digits (`day` is YYYYMMDD; a larger number is
-/// written whole, and still parses back). No hash tag: every call touches
-/// one key.
+/// `sticky_exp_{S}M_YYYYMMDD`: the hash tag of the merchant's shard
+/// ([`Shard::tag`]), so that one script per shard carries every merchant's
+/// counts; then the merchant (after its tenant's namespace) escaped as in
+/// customer and admission keys (its own `_` too, so the first `_` after
+/// it ends it), then the day, eight digits (`day` is YYYYMMDD; a larger
+/// number is written whole, and still parses back).
 pub fn experiment_key(tenant: &Tenant, merchant: &MerchantId, day: u32) -> ExperimentKey {
+    let mut key = sharded(EXPERIMENT_KEY_PREFIX, '\0', tenant, merchant, 9);
+    push_experiment_tail(&mut key, tenant, merchant, day);
+    ExperimentKey(key)
+}
+
+/// The layout before the shards (until 2026-12): `sticky_exp_M_YYYYMMDD`,
+/// no hash tag. Such keys live out their retention (35 days by default);
+/// GetUplift and the report read them beside the sharded ones, so no count
+/// written before the change is lost. An escaped merchant or namespace
+/// never starts with `{`, so no key of one layout is a key of the other.
+pub fn legacy_experiment_key(tenant: &Tenant, merchant: &MerchantId, day: u32) -> ExperimentKey {
     let mut key = String::with_capacity(
         EXPERIMENT_KEY_PREFIX.len() + namespace_len(tenant) + merchant.as_str().len() + 9,
     );
     key.push_str(EXPERIMENT_KEY_PREFIX);
-    push_namespace(&mut key, tenant);
-    escape_into(&mut key, merchant.as_str(), true);
-    key.push('_');
-    key.push_str(&format!("{day:08}"));
+    push_experiment_tail(&mut key, tenant, merchant, day);
     ExperimentKey(key)
 }
 
-/// Inverts [`experiment_key`]: the tenant, merchant and day of `key`, or
-/// `None` for any key it cannot have made (so a stray key is skipped, never
-/// misread).
+fn push_experiment_tail(key: &mut String, tenant: &Tenant, merchant: &MerchantId, day: u32) {
+    push_namespace(key, tenant);
+    escape_into(key, merchant.as_str(), true);
+    key.push('_');
+    key.push_str(&format!("{day:08}"));
+}
+
+/// Inverts [`experiment_key`] and [`legacy_experiment_key`]: the tenant,
+/// merchant and day of `key`, or `None` for any key they cannot have made
+/// (so a stray key is skipped, never misread).
 pub fn parse_experiment_key(key: &str) -> Option<(Tenant, MerchantId, u32)> {
-    let (tenant, rest) = strip_namespace(key.strip_prefix(EXPERIMENT_KEY_PREFIX)?)?;
+    let rest = key.strip_prefix(EXPERIMENT_KEY_PREFIX)?;
+    // The sharded layout's tag; a legacy key has none.
+    let rest = match rest.strip_prefix('{') {
+        Some(tagged) => tagged.split_once('}')?.1,
+        None => rest,
+    };
+    let (tenant, rest) = strip_namespace(rest)?;
     let (merchant, day) = rest.split_once('_')?;
     if day.len() < 8 || !day.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
     let day: u32 = day.parse().ok()?;
     let merchant = MerchantId::parse(&unescape(merchant, true)?).ok()?;
-    // Canonical only: trimmed ids, the day's own digits.
-    (experiment_key(&tenant, &merchant, day) == key).then_some((tenant, merchant, day))
+    // Canonical only: trimmed ids, the day's own digits, the right shard.
+    let canonical = experiment_key(&tenant, &merchant, day) == key
+        || legacy_experiment_key(&tenant, &merchant, day) == key;
+    canonical.then_some((tenant, merchant, day))
 }
 
-/// The SCAN `MATCH` pattern for the experiment keys of `tenant`'s
+/// The SCAN `MATCH` patterns for the experiment keys of `tenant`'s
 /// `merchant`, or of every merchant (glob characters of the id escaped, as
-/// in [`customer_key_pattern`]). Without a merchant, the default tenant's
-/// pattern matches every tenant's keys: the reader keeps those
-/// [`parse_experiment_key`] says are the default tenant's.
-pub fn experiment_key_pattern(tenant: &Tenant, merchant: Option<&MerchantId>) -> String {
-    let mut pattern = String::from(EXPERIMENT_KEY_PREFIX);
-    push_glob_escaped(&mut pattern, &namespace_of(tenant));
+/// in [`customer_key_pattern`]), of both layouts. The default tenant's
+/// pattern without a merchant matches every key of both layouts and every
+/// tenant's: the reader keeps those [`parse_experiment_key`] says are the
+/// default tenant's.
+pub fn experiment_key_patterns(tenant: &Tenant, merchant: Option<&MerchantId>) -> Vec<String> {
+    let mut tail = String::new();
+    push_glob_escaped(&mut tail, &namespace_of(tenant));
     if let Some(merchant) = merchant {
         let mut escaped = String::new();
         escape_into(&mut escaped, merchant.as_str(), true);
-        push_glob_escaped(&mut pattern, &escaped);
-        pattern.push('_');
+        push_glob_escaped(&mut tail, &escaped);
+        tail.push('_');
     }
-    pattern.push('*');
-    pattern
+    tail.push('*');
+    let sharded = match merchant {
+        Some(merchant) => format!("{{{}}}", shard_of(tenant, merchant).tag()),
+        None if tenant.id().is_none() => {
+            // `sticky_exp_*` already matches the sharded keys.
+            return vec![format!("{EXPERIMENT_KEY_PREFIX}{tail}")];
+        }
+        None => "{*}".to_owned(),
+    };
+    vec![
+        format!("{EXPERIMENT_KEY_PREFIX}{sharded}{tail}"),
+        format!("{EXPERIMENT_KEY_PREFIX}{tail}"),
+    ]
 }
 
 /// Every key kind reads as the Redis key it is.
@@ -346,6 +411,7 @@ key_as_str!(
     AdmissionKey,
     BreakerCountsKey,
     BreakerOpenKey,
+    BreakerIndexKey,
     ExperimentKey
 );
 

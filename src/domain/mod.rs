@@ -21,6 +21,7 @@ pub mod priority;
 pub mod prune;
 pub mod rollout;
 pub mod rules;
+pub mod shards;
 pub mod tenant;
 pub mod text;
 pub mod uplift;

@@ -1,6 +1,6 @@
 //! The experiment counts' background cycle: every [`TICK`], flush the
-//! tallies to Redis, one script call per (tenant, merchant, day), all at
-//! once; a
+//! tallies to Redis, one script call per Redis shard (`domain::shards`)
+//! that has counts, all at once, however many merchants have counts; a
 //! last flush when the service stops.
 //!
 //! Its bound on "visible to a report within 2 s of the calls' answers": a
@@ -20,7 +20,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::Experiments;
-use crate::storage::StorageError;
+use crate::domain::shards::{SHARDS, Shard, shard_of};
+use crate::storage::{ExperimentEntry, StorageError};
 
 /// How often tallies are flushed.
 pub(super) const TICK: Duration = Duration::from_millis(500);
@@ -45,7 +46,7 @@ pub(super) async fn run(experiments: Arc<Experiments>, stop: CancellationToken) 
     }
 }
 
-/// Sends every tally, one script per (tenant, merchant, day), all at once.
+/// Sends every tally, one script per shard, all at once.
 pub(super) async fn flush(experiments: &Arc<Experiments>) {
     let dropped = experiments.tally.take_dropped();
     if dropped > 0 {
@@ -54,7 +55,7 @@ pub(super) async fn flush(experiments: &Arc<Experiments>) {
             .experiment_io_failures("overflow", dropped);
         experiments.log_failure(&format!(
             "{dropped} experiment outcomes were not counted: more than {} (tenant, \
-             merchant)s were counted within one tick",
+             merchant)s were waiting to be written at once",
             super::tally::MAX_MERCHANTS
         ));
     }
@@ -62,27 +63,41 @@ pub(super) async fn flush(experiments: &Arc<Experiments>) {
     if taken.is_empty() {
         return;
     }
+    let mut by_shard: Vec<Vec<ExperimentEntry>> = (0..SHARDS).map(|_| Vec::new()).collect();
+    for (tenant, merchant, day, counts) in taken {
+        by_shard[shard_of(&tenant, &merchant).index()].push(ExperimentEntry {
+            tenant,
+            merchant,
+            day,
+            counts,
+        });
+    }
     let deadline = Instant::now() + STEP_DEADLINE;
     let mut flushes = JoinSet::new();
-    for (tenant, merchant, day, counts) in taken {
+    for (shard, entries) in Shard::all().zip(by_shard) {
+        if entries.is_empty() {
+            continue;
+        }
         let experiments = experiments.clone();
         flushes.spawn(async move {
             let result = experiments
                 .store
-                .flush_experiment(
-                    &tenant,
-                    &merchant,
-                    day,
-                    &counts,
-                    experiments.retention,
-                    deadline,
-                )
+                .flush_experiment(shard, &entries, experiments.retention, deadline)
                 .await;
-            if let Err(error) = result {
-                if matches!(error, StorageError::Unavailable { .. }) {
-                    experiments.tally.put_back(&tenant, &merchant, day, &counts);
+            match result {
+                Ok(answers) => {
+                    for (entry, answer) in entries.iter().zip(answers) {
+                        if let Err(error) = answer {
+                            experiments.failed(entry, &error);
+                        }
+                    }
                 }
-                experiments.io_failed("flush", &error);
+                Err(error) => {
+                    for entry in &entries {
+                        experiments.put_back_unwritten(entry, &error);
+                    }
+                    experiments.io_failed("flush", &error);
+                }
             }
         });
     }
@@ -90,6 +105,21 @@ pub(super) async fn flush(experiments: &Arc<Experiments>) {
 }
 
 impl Experiments {
+    /// One hash Redis did not write: counted, and put back.
+    fn failed(&self, entry: &ExperimentEntry, error: &StorageError) {
+        self.put_back_unwritten(entry, error);
+        self.io_failed("flush", error);
+    }
+
+    /// Counts that certainly were not written (Redis refused them, or they
+    /// never left) are put back for the next tick.
+    fn put_back_unwritten(&self, entry: &ExperimentEntry, error: &StorageError) {
+        if matches!(error, StorageError::Unavailable { .. }) {
+            self.tally
+                .put_back(&entry.tenant, &entry.merchant, entry.day, &entry.counts);
+        }
+    }
+
     /// Counts a failed experiment read or write, and logs it when Redis
     /// has not failed the experiment lately.
     pub(super) fn io_failed(&self, op: &'static str, error: &StorageError) {

@@ -39,6 +39,7 @@ pub use scan::{HashContents, HashScanner, ScanError, ScannedHash};
 pub use settings::{REDIS_SETTINGS, RedisSetting, RedisSettings, RedisUrl, Secret, redact_url};
 pub use store::{
     BreakerTransition, ConnectorHealthRow, ConnectorSnapshot, ConnectorTally, ExperimentCounts,
-    IndexEntry, RedisStore,
+    ExperimentEntry, IndexEntry, MerchantTallies, PlannedTransition, RedisStore, ShardTick,
+    TimeTransition, TimedTransition,
 };
 pub use tls::{ClientCertFiles, TlsError, TlsFile, TlsFiles};

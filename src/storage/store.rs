@@ -38,8 +38,9 @@ use crate::telemetry::{Metrics, RedisCommand};
 
 pub use breaker::{
     BreakerTransition, ConnectorHealthRow, ConnectorSnapshot, ConnectorTally, IndexEntry,
+    MerchantTallies, PlannedTransition, ShardTick, TimeTransition, TimedTransition,
 };
-pub use experiment::ExperimentCounts;
+pub use experiment::{ExperimentCounts, ExperimentEntry};
 
 /// The Redis-backed store. Cheap to clone: clones share the pool.
 #[derive(Clone)]

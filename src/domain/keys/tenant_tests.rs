@@ -29,14 +29,22 @@ fn a_tenants_keys_follow_the_documented_layout() {
         "sticky_gw_%Tacme_m1_cust42"
     );
     assert_eq!(admission_key(&acme, &m1), "sticky_adm_%Tacme_m1");
+    // acme's m1 is in shard 6 (its tag is pinned in domain::shards).
     assert_eq!(
         experiment_key(&acme, &m1, 20261202),
+        "sticky_exp_{b6.11}%Tacme_m1_20261202"
+    );
+    assert_eq!(
+        legacy_experiment_key(&acme, &m1, 20261202),
         "sticky_exp_%Tacme_m1_20261202"
     );
-    assert_eq!(breaker_counts_key(&acme, &m1), "sticky_brk_c{%Tacme_m1}");
+    assert_eq!(
+        breaker_counts_key(&acme, &m1),
+        "sticky_brk_c{b6.11}%Tacme_m1"
+    );
     assert_eq!(
         breaker_open_key(&acme, &m1, "GIGADAT"),
-        "sticky_brk_o{%Tacme_m1}GIGADAT"
+        "sticky_brk_o{b6.11}%Tacme_m1_GIGADAT"
     );
     assert_eq!(
         index_trip_field(&acme, &m1, "GIGADAT"),
@@ -64,12 +72,16 @@ fn a_tenants_patterns_match_only_its_own_keys() {
         "sticky_gw_%Tac%5Fme_m1_*"
     );
     assert_eq!(
-        experiment_key_pattern(&acme, None),
-        "sticky_exp_%Tac%5Fme_*"
+        experiment_key_patterns(&acme, None),
+        ["sticky_exp_{*}%Tac%5Fme_*", "sticky_exp_%Tac%5Fme_*"]
     );
+    let tag = crate::domain::shards::shard_of(&acme, &m1).tag();
     assert_eq!(
-        experiment_key_pattern(&acme, Some(&m1)),
-        "sticky_exp_%Tac%5Fme_m1_*"
+        experiment_key_patterns(&acme, Some(&m1)),
+        [
+            format!("sticky_exp_{{{tag}}}%Tac%5Fme_m1_*"),
+            "sticky_exp_%Tac%5Fme_m1_*".to_owned()
+        ]
     );
 }
 
@@ -154,7 +166,9 @@ proptest! {
             }
             Ok(())
         };
-        put(&mut keys, BREAKER_INDEX_KEY.to_owned(), "index".into())?;
+        for shard in crate::domain::shards::Shard::all() {
+            put(&mut keys, breaker_index_key(shard).as_str().into(), format!("index {shard:?}"))?;
+        }
         for (t, m, c) in &triples {
             let (mid, cid) = (merchant(m), customer(c));
             let key = customer_key(t, &mid, &cid);
@@ -196,8 +210,14 @@ proptest! {
         let own = unglob(customer_key_pattern(&t, None));
         prop_assert!(customer_key(&t, &mid, &cid).starts_with(&own));
         prop_assert!(!customer_key(&other, &mid, &cid).starts_with(&own));
-        let own = unglob(experiment_key_pattern(&t, None));
-        prop_assert!(experiment_key(&t, &mid, 1).starts_with(&own));
-        prop_assert!(!experiment_key(&other, &mid, 1).starts_with(&own));
+        let patterns = experiment_key_patterns(&t, None);
+        // The sharded pattern's `{*}` matches any tag: compare what follows.
+        let after_tag = |key: &str| key.split_once('}').map(|(_, rest)| rest.to_owned()).unwrap();
+        let own = unglob(after_tag(&patterns[0]));
+        prop_assert!(after_tag(&experiment_key(&t, &mid, 1)).starts_with(&own));
+        prop_assert!(!after_tag(&experiment_key(&other, &mid, 1)).starts_with(&own));
+        let own = unglob(patterns[1].clone());
+        prop_assert!(legacy_experiment_key(&t, &mid, 1).starts_with(&own));
+        prop_assert!(!legacy_experiment_key(&other, &mid, 1).starts_with(&own));
     }
 }

@@ -135,13 +135,22 @@ pub(super) fn hash_tag(key: &str) -> &str {
 
 #[test]
 fn breaker_keys_follow_the_design_layout() {
+    use crate::domain::shards::{Shard, shard_of};
     let m = merchant("m1");
-    assert_eq!(breaker_counts_key(&Tenant::DEFAULT, &m), "sticky_brk_c{m1}");
+    let tag = shard_of(&Tenant::DEFAULT, &m).tag();
+    assert_eq!(
+        breaker_counts_key(&Tenant::DEFAULT, &m),
+        format!("sticky_brk_c{{{tag}}}m1").as_str()
+    );
     assert_eq!(
         breaker_open_key(&Tenant::DEFAULT, &m, "GIGADAT"),
-        "sticky_brk_o{m1}GIGADAT"
+        format!("sticky_brk_o{{{tag}}}m1_GIGADAT").as_str()
     );
-    assert_eq!(BREAKER_INDEX_KEY, "sticky_brk_i");
+    let first = Shard::all().next().unwrap();
+    assert_eq!(
+        breaker_index_key(first),
+        format!("sticky_brk_i{{{}}}", first.tag()).as_str()
+    );
     assert_eq!(
         index_trip_field(&Tenant::DEFAULT, &m, "GIGADAT"),
         "t2:m1GIGADAT"
@@ -151,22 +160,34 @@ fn breaker_keys_follow_the_design_layout() {
         "o2:m1acme:eu"
     );
     let odd = merchant("a_{b}%");
+    let tag = shard_of(&Tenant::DEFAULT, &odd).tag();
     assert_eq!(
         breaker_counts_key(&Tenant::DEFAULT, &odd),
-        "sticky_brk_c{a%5F%7Bb%7D%25}"
+        format!("sticky_brk_c{{{tag}}}a%5F%7Bb%7D%25").as_str()
     );
     assert_eq!(
         breaker_open_key(&Tenant::DEFAULT, &odd, "x_{y}%"),
-        "sticky_brk_o{a%5F%7Bb%7D%25}x_%7By%7D%25"
+        format!("sticky_brk_o{{{tag}}}a%5F%7Bb%7D%25_x_%7By%7D%25").as_str()
     );
+    // Every key of a merchant is in its shard's slot, with its index.
     assert_eq!(
         hash_tag(&breaker_open_key(&Tenant::DEFAULT, &odd, "}{")),
-        "a%5F%7Bb%7D%25"
+        tag
+    );
+    assert_eq!(hash_tag(&breaker_counts_key(&Tenant::DEFAULT, &odd)), tag);
+    assert_eq!(
+        hash_tag(&breaker_index_key(shard_of(&Tenant::DEFAULT, &odd))),
+        tag
+    );
+    assert_eq!(
+        hash_tag(&experiment_key(&Tenant::DEFAULT, &odd, 20261207)),
+        tag
     );
     // Index fields hold the ids verbatim: the length ends the merchant.
     assert_eq!(index_trip_field(&Tenant::DEFAULT, &odd, "c"), "t6:a_{b}%c");
+    let index = breaker_index_key(first);
     for key in [
-        BREAKER_INDEX_KEY,
+        index.as_str(),
         &breaker_counts_key(&Tenant::DEFAULT, &m),
         &breaker_open_key(&Tenant::DEFAULT, &m, "c"),
     ] {
@@ -178,6 +199,41 @@ fn breaker_keys_follow_the_design_layout() {
         assert!(!prefix.starts_with(BREAKER_KEY_PREFIX));
         assert!(!BREAKER_KEY_PREFIX.starts_with(prefix));
     }
+}
+
+#[test]
+fn experiment_keys_of_both_layouts_parse_back_and_never_meet() {
+    let acme = Tenant::parse("acme").unwrap();
+    for tenant in [&Tenant::DEFAULT, &acme] {
+        for m in ["m1", "a_{b}%", "%Tx"] {
+            let m = merchant(m);
+            let new = experiment_key(tenant, &m, 20261207);
+            let old = legacy_experiment_key(tenant, &m, 20261207);
+            assert_ne!(new, old);
+            assert!(new.as_str().starts_with("sticky_exp_{"), "{new:?}");
+            assert!(!old.as_str().starts_with("sticky_exp_{"), "{old:?}");
+            for key in [&new, &old] {
+                assert_eq!(
+                    parse_experiment_key(key),
+                    Some((tenant.clone(), m.clone(), 20261207))
+                );
+            }
+        }
+    }
+    // The layout before the shards, exactly.
+    assert_eq!(
+        legacy_experiment_key(&acme, &merchant("m_1"), 20261202),
+        "sticky_exp_%Tacme_m%5F1_20261202"
+    );
+    // A tag of another shard does not parse.
+    let m = merchant("m1");
+    let key = experiment_key(&Tenant::DEFAULT, &m, 20261207);
+    let wrong = key.as_str().replacen(
+        crate::domain::shards::shard_of(&Tenant::DEFAULT, &m).tag(),
+        "b99.0",
+        1,
+    );
+    assert_eq!(parse_experiment_key(&wrong), None, "{wrong}");
 }
 
 #[test]
@@ -238,35 +294,50 @@ fn clashing_connector() -> impl Strategy<Value = String> {
 #[test]
 fn experiment_keys_follow_the_design_layout() {
     let m = merchant("m1");
+    let tag = crate::domain::shards::shard_of(&Tenant::DEFAULT, &m).tag();
     assert_eq!(
         experiment_key(&Tenant::DEFAULT, &m, 20261202),
+        format!("sticky_exp_{{{tag}}}m1_20261202").as_str()
+    );
+    assert_eq!(
+        legacy_experiment_key(&Tenant::DEFAULT, &m, 20261202),
         "sticky_exp_m1_20261202"
     );
     assert_eq!(
-        experiment_key(&Tenant::DEFAULT, &m, 101),
+        legacy_experiment_key(&Tenant::DEFAULT, &m, 101),
         "sticky_exp_m1_00000101"
     );
     let odd = merchant("a_{b}%");
     assert_eq!(
-        experiment_key(&Tenant::DEFAULT, &odd, 20261202),
+        legacy_experiment_key(&Tenant::DEFAULT, &odd, 20261202),
         "sticky_exp_a%5F%7Bb%7D%25_20261202"
     );
     assert_eq!(
         parse_experiment_key("sticky_exp_a%5F%7Bb%7D%25_20261202"),
         Some((Tenant::DEFAULT, odd.clone(), 20261202))
     );
-    // No hash tag: the escaped merchant holds no brace.
+    // The hash tag is the shard's: the escaped merchant holds no brace.
     assert_eq!(
         hash_tag(&experiment_key(&Tenant::DEFAULT, &odd, 1)),
-        experiment_key(&Tenant::DEFAULT, &odd, 1).as_str()
+        crate::domain::shards::shard_of(&Tenant::DEFAULT, &odd).tag()
+    );
+    // The legacy layout has none.
+    assert_eq!(
+        hash_tag(&legacy_experiment_key(&Tenant::DEFAULT, &odd, 1)),
+        legacy_experiment_key(&Tenant::DEFAULT, &odd, 1).as_str()
     );
     assert_eq!(
-        experiment_key_pattern(&Tenant::DEFAULT, None),
-        "sticky_exp_*"
+        experiment_key_patterns(&Tenant::DEFAULT, None),
+        ["sticky_exp_*"]
     );
+    let globby = merchant("a*?[x]\\_{%}");
+    let tag = crate::domain::shards::shard_of(&Tenant::DEFAULT, &globby).tag();
     assert_eq!(
-        experiment_key_pattern(&Tenant::DEFAULT, Some(&merchant("a*?[x]\\_{%}"))),
-        "sticky_exp_a\\*\\?\\[x\\]\\\\%5F%7B%25%7D_*"
+        experiment_key_patterns(&Tenant::DEFAULT, Some(&globby)),
+        [
+            format!("sticky_exp_{{{tag}}}a\\*\\?\\[x\\]\\\\%5F%7B%25%7D_*"),
+            "sticky_exp_a\\*\\?\\[x\\]\\\\%5F%7B%25%7D_*".to_owned()
+        ]
     );
     let prefixes = [
         CUSTOMER_KEY_PREFIX,
@@ -314,14 +385,17 @@ proptest! {
     ) {
         let mid = merchant(&m);
         let key = experiment_key(&Tenant::DEFAULT, &mid, day);
-        prop_assert!(!key.contains(['{', '}']), "{:?} holds a hash tag", key);
-        prop_assert_eq!(parse_experiment_key(&key), Some((Tenant::DEFAULT, mid.clone(), day)));
-        // Its merchant's pattern matches it; other merchants' do not
-        // start it (the pattern's `_` ends the merchant).
-        let pattern = experiment_key_pattern(&Tenant::DEFAULT, Some(&mid));
-        let unescaped: String = pattern.trim_end_matches('*').replace('\\', "");
-        prop_assert!(key.starts_with(&unescaped));
-        prop_assert_eq!(parse_customer_key(&key), None);
+        let legacy = legacy_experiment_key(&Tenant::DEFAULT, &mid, day);
+        prop_assert!(!legacy.contains(['{', '}']), "{:?} holds a hash tag", legacy);
+        let patterns = experiment_key_patterns(&Tenant::DEFAULT, Some(&mid));
+        // Each layout's key parses back, and its merchant's pattern
+        // matches it (the pattern's `_` ends the merchant).
+        for (key, pattern) in [(&key, &patterns[0]), (&legacy, &patterns[1])] {
+            prop_assert_eq!(parse_experiment_key(key), Some((Tenant::DEFAULT, mid.clone(), day)));
+            let unescaped: String = pattern.trim_end_matches('*').replace('\\', "");
+            prop_assert!(key.starts_with(&unescaped));
+            prop_assert_eq!(parse_customer_key(key), None);
+        }
     }
 
     #[test]
@@ -329,7 +403,10 @@ proptest! {
         text in "sticky_exp_[a-z_%{}57BDF2 ]{0,8}_?[0-9]{0,10}",
     ) {
         if let Some((t, m, day)) = parse_experiment_key(&text) {
-            prop_assert_eq!(experiment_key(&t, &m, day), text.as_str());
+            prop_assert!(
+                experiment_key(&t, &m, day) == text.as_str()
+                    || legacy_experiment_key(&t, &m, day) == text.as_str()
+            );
         }
     }
 
@@ -351,10 +428,13 @@ proptest! {
             }
             Ok(())
         };
-        put(BREAKER_INDEX_KEY.to_owned(), "index".into())?;
+        for shard in crate::domain::shards::Shard::all() {
+            put(breaker_index_key(shard).as_str().into(), format!("index {shard:?}"))?;
+        }
         for (m, day) in &pairs {
             let mid = merchant(m);
             put(experiment_key(&Tenant::DEFAULT, &mid, *day).as_str().into(), format!("experiment {m:?} {day}"))?;
+            put(legacy_experiment_key(&Tenant::DEFAULT, &mid, *day).as_str().into(), format!("legacy experiment {m:?} {day}"))?;
             put(admission_key(&Tenant::DEFAULT, &mid).as_str().into(), format!("admission {m:?}"))?;
             put(breaker_counts_key(&Tenant::DEFAULT, &mid).as_str().into(), format!("counts {m:?}"))?;
             let day_text = format!("{day:08}");
@@ -377,13 +457,15 @@ proptest! {
         let counts = breaker_counts_key(&Tenant::DEFAULT, &mid);
         let open = breaker_open_key(&Tenant::DEFAULT, &mid, &c);
         prop_assert_eq!(hash_tag(&counts), hash_tag(&open));
-        // The tag is the escaped merchant: one per merchant.
-        let mut escaped = String::new();
-        escape_into(&mut escaped, &m, true);
-        prop_assert_eq!(hash_tag(&counts), escaped.as_str());
+        // The tag is the merchant's shard's: merchants of one shard share
+        // it (and its slot), other shards' differ.
+        let shard = crate::domain::shards::shard_of(&Tenant::DEFAULT, &mid);
+        prop_assert_eq!(hash_tag(&counts), shard.tag());
+        let other_shard = crate::domain::shards::shard_of(&Tenant::DEFAULT, &oid);
+        let other_counts = breaker_counts_key(&Tenant::DEFAULT, &oid);
+        prop_assert_eq!(hash_tag(&counts) == hash_tag(&other_counts), shard == other_shard);
         if m != other {
-            let other_counts = breaker_counts_key(&Tenant::DEFAULT, &oid);
-            prop_assert_ne!(hash_tag(&counts), hash_tag(&other_counts));
+            prop_assert_ne!(counts, other_counts);
         }
     }
 
@@ -457,7 +539,9 @@ proptest! {
             }
             Ok(())
         };
-        put(&mut keys, BREAKER_INDEX_KEY.to_owned(), "index".into())?;
+        for shard in crate::domain::shards::Shard::all() {
+            put(&mut keys, breaker_index_key(shard).as_str().into(), format!("index {shard:?}"))?;
+        }
         for (m, c) in &pairs {
             let mid = merchant(m);
             put(&mut keys, breaker_counts_key(&Tenant::DEFAULT, &mid).as_str().into(), format!("counts {m:?}"))?;

@@ -3,8 +3,8 @@
 
 use super::*;
 use crate::domain::keys::{
-    ADMISSION_KEY_PREFIX, BREAKER_INDEX_KEY, BREAKER_KEY_PREFIX, CUSTOMER_KEY_PREFIX,
-    EXPERIMENT_KEY_PREFIX, parse_customer_key, parse_experiment_key,
+    ADMISSION_KEY_PREFIX, BREAKER_KEY_PREFIX, CUSTOMER_KEY_PREFIX, EXPERIMENT_KEY_PREFIX,
+    parse_customer_key, parse_experiment_key,
 };
 
 /// Every Lua source the service sends.
@@ -109,12 +109,11 @@ fn probe_keys_are_in_the_families_and_never_a_customers_or_a_merchants() {
     let rest = &ADMISSION[ADMISSION_KEY_PREFIX.len()..];
     assert!(rest.starts_with('_'), "{ADMISSION}");
     // Nor is the breaker probe key any breaker key: those go on with `c{`,
-    // `o{` or are the index.
+    // `o{` or `i{`.
     assert!(BREAKER.starts_with(BREAKER_KEY_PREFIX));
-    assert_ne!(BREAKER, BREAKER_INDEX_KEY);
     let rest = &BREAKER[BREAKER_KEY_PREFIX.len()..];
     assert!(
-        !rest.starts_with("c{") && !rest.starts_with("o{"),
+        !rest.starts_with("c{") && !rest.starts_with("o{") && !rest.starts_with("i{"),
         "{BREAKER}"
     );
     assert!(EXPERIMENT.starts_with(EXPERIMENT_KEY_PREFIX));

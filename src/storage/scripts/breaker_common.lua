@@ -1,8 +1,8 @@
 -- Shared by breaker_flush.lua and breaker_transition.lua (put in front of
 -- each, as attempts.lua is in front of the record scripts): reading the
--- breaker counts hash of one merchant.
+-- breaker counts hash of one merchant, and the shard's index.
 --
--- The hash (KEYS[1] of both), fields for connector c:
+-- A merchant's counts hash (sticky_brk_c{S}M), fields for connector c:
 --   b<slot>:<c>  "<bucket> <calls> <failures>", slot = bucket mod ring_len
 --   t:<c>        "<open_until_ms> <calls> <failures>": the trip, from the
 --                trip until the close
@@ -71,5 +71,94 @@ local function brk_chunked(words, call)
     local to = math.min(from + 999, #words)
     call(unpack(words, from, to))
     from = to + 1
+  end
+end
+
+-- The shard's index (sticky_brk_i{S}), one hash naming every breaker of the
+-- shard's merchants not CLOSED and every override. Fields (domain::keys):
+-- 't' .. len(m) .. ':' .. m .. c a trip, value "T calls failures" (OPEN
+-- until T, HALF-OPEN until T + half_ms), with " h" after it once a poll
+-- has seen it HALF-OPEN; 'o' .. len(m) .. ':' .. m .. c an override, value
+-- "<until_ms> <kind>" (kind open or closed); a named tenant's fields are
+-- the same after '@' .. len(tenant) .. ':' .. tenant. An entry lives until
+-- it is no longer of use: a trip until T + half_ms, an override until
+-- until_ms. The key's TTL is always at least the longest remaining
+-- lifetime (a trip's capped by cap_ms), so no entry outlives its use by
+-- much and the key never lives without a TTL.
+
+-- The leading whole number of an entry's value: T or until_ms.
+local function brk_lifetime_end(value)
+  if #value > 64 then return nil end
+  local first = string.match(value, '^(%-?%d+) ')
+  return first and tonumber(first)
+end
+
+-- An entry's kind, 't' or 'o': a named tenant's field starts with
+-- '@' .. len(tenant) .. ':' .. tenant (domain::keys), and its kind follows.
+local function brk_kind_of(field)
+  if string.sub(field, 1, 1) ~= '@' then return string.sub(field, 1, 1) end
+  local len, after = string.match(field, '^@(%d+):()')
+  if not len then return nil end
+  local at = after + tonumber(len)
+  return string.sub(field, at, at)
+end
+
+-- The poll of the index at `now`: deletes the entries past their lifetime,
+-- sets the TTL to the longest remaining one (a trip's min(T + half_ms -
+-- now, cap_ms), an override's until_ms - now), and marks each trip seen
+-- HALF-OPEN for the first time. Returns the entries left (flat: field,
+-- value, ...) and the transitions time made, each seen by exactly one poll
+-- (flat: field, value, what): 'half_open' for a trip whose OPEN ended,
+-- 'closed' for a HALF-OPEN that did not decide within half_ms and was
+-- taken out. A value it cannot read is left alone and not returned
+-- (another version may write it); it lives as long as the key.
+local function brk_poll(index, now, half, cap)
+  local flat = redis.call('HGETALL', index)
+  local kept, expired, marks, events, longest = {}, {}, {}, {}, 0
+  for i = 1, #flat, 2 do
+    local field, value = flat[i], flat[i + 1]
+    local kind, ends = brk_kind_of(field), brk_lifetime_end(value)
+    local left
+    if ends and kind == 't' then
+      left = math.min(ends + half - now, cap)
+    elseif ends and kind == 'o' then
+      left = ends - now
+    end
+    if left and left <= 0 then
+      expired[#expired + 1] = field
+      if kind == 't' then
+        events[#events + 1] = field
+        events[#events + 1] = value
+        events[#events + 1] = 'closed'
+      end
+    elseif left then
+      if kind == 't' and ends <= now and string.sub(value, -2) ~= ' h' then
+        value = value .. ' h'
+        marks[#marks + 1] = field
+        marks[#marks + 1] = value
+        events[#events + 1] = field
+        events[#events + 1] = value
+        events[#events + 1] = 'half_open'
+      end
+      kept[#kept + 1] = field
+      kept[#kept + 1] = value
+      longest = math.max(longest, left)
+    end
+  end
+  brk_chunked(expired, function(...) redis.call('HDEL', index, ...) end)
+  brk_chunked(marks, function(...) redis.call('HSET', index, ...) end)
+  if longest > 0 then
+    redis.call('PEXPIRE', index, string.format('%d', longest))
+  elseif #flat > 0 and redis.call('PTTL', index) == -1 then
+    -- Only values it cannot read are left: they still get a TTL.
+    redis.call('PEXPIRE', index, string.format('%d', cap))
+  end
+  return kept, events
+end
+
+-- After a write of a trip into the index: its TTL at least `lifetime`.
+local function brk_index_keep(index, lifetime)
+  if redis.call('PTTL', index) < lifetime then
+    redis.call('PEXPIRE', index, brk_fmt(lifetime))
   end
 end

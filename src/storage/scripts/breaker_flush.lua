@@ -1,8 +1,11 @@
--- Adds one instance's pending breaker counts for one merchant into the
--- merchant's counts hash, and answers each connector's shared counts: the
--- background flush of the breaker engine (src/breaker/), one call per
--- merchant. Atomic on one key, so concurrent instances never lose a count.
--- (breaker_common.lua comes first: the hash's layout and its helpers.)
+-- One shard's tick of the breaker engine (src/breaker/): adds one
+-- instance's pending counts of every merchant of the shard into their
+-- counts hashes, answers each connector's shared counts, and polls the
+-- shard's index. One call per shard per tick, however many merchants have
+-- counts: the background cost is bounded by the shards, not the merchants.
+-- Atomic on the shard's keys (one Cluster slot), so concurrent instances
+-- never lose a count. (breaker_common.lua comes first: the counts hash's
+-- layout, the index's, and their helpers.)
 --
 -- Per connector, by the trip record t:<c> = "T calls failures":
 --   OPEN (now < T): every count is dropped (calls while OPEN count nowhere).
@@ -17,154 +20,181 @@
 --     at now is added into its ring slot (a slot holding an older bucket is
 --     reset first; one holding a newer one keeps it). Ring slots whose
 --     bucket no longer counts are deleted.
--- Every check comes before the first write: a value this service does not
--- write stops the script with nothing written.
+-- Every check of a merchant comes before its first write: a value this
+-- service does not write stops that merchant's flush with nothing of it
+-- written (the other merchants' go on).
 --
--- KEYS[1]  the merchant's counts hash (sticky_brk_c{M})
+-- KEYS[1]  the shard's index (sticky_brk_i{S})
+-- KEYS[2..] the counts hash of each merchant with counts (sticky_brk_c{S}M)
 -- ARGV[1]  now (ms)   ARGV[2]  window_ms   ARGV[3]  bucket_ms
 -- ARGV[4]  ring_len   ARGV[5]  half_ms (2 x window: how long HALF-OPEN lasts)
--- then per connector: c, nbuckets, (bucket, calls, failures) x nbuckets,
+-- ARGV[6]  cap_ms (the longest an index entry of a trip is kept)
+-- then per merchant, in KEYS' order: the number of its connectors, then per
+--   connector: c, nbuckets, (bucket, calls, failures) x nbuckets,
 --   probe_until (0 = no probe counts), probe_calls, probe_failures
--- Returns {1, then per connector in order: window_calls, window_failures,
--- T or 0, trip_calls, trip_failures, hc, hf}; or, with nothing written,
--- {-1} when a stored value is not one this service writes, and {-2} when
--- the hash is new and the service's Redis user may not PEXPIRE it.
--- A write sets the hash's TTL to max(PTTL, half_ms).
-local key = KEYS[1]
+-- Returns {1, merchants, kept, events}:
+--   merchants: per merchant, {1, then per connector in order: window_calls,
+--     window_failures, T or 0, trip_calls, trip_failures, hc, hf, n, then n
+--     triples bucket, calls, failures: the window's ring slots}; or, with
+--     nothing of it written, {-1} when a stored value is not one this
+--     service writes, {-2} when the hash is new and the service's Redis
+--     user may not PEXPIRE it. A write sets the hash's TTL to max(PTTL,
+--     half_ms).
+--   kept, events: the index's poll (brk_poll in breaker_common.lua).
+local index = KEYS[1]
 local now, window, bucket_ms = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local ring_len, half = tonumber(ARGV[4]), tonumber(ARGV[5])
+local ring_len, half, cap = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 
--- The tallies, as sent.
-local tallies, at = {}, 6
-while at <= #ARGV do
-  local tally = {c = ARGV[at], buckets = {}}
-  local n = tonumber(ARGV[at + 1])
-  at = at + 2
-  for i = 1, n do
-    tally.buckets[i] = {tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])}
-    at = at + 3
-  end
-  tally.pu, tally.pc, tally.pf = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
-  at = at + 3
-  tallies[#tallies + 1] = tally
-end
+-- One merchant's tallies into its hash `key`; its reply.
+local function flush_merchant(key, tallies)
+  local pttl = redis.call('PTTL', key)
 
-local pttl = redis.call('PTTL', key)
-
--- First every read, check and decision; the writes are kept in order
--- and made after.
-local hset, hdel, hincr = {}, {}, {}
-local reply = {1}
-for _, tally in ipairs(tallies) do
-  local c = tally.c
-  local ring = brk_ring_fields(c, ring_len)
-  local stored = redis.call('HMGET', key, 't:' .. c, 'x:' .. c, 'hc:' .. c, 'hf:' .. c, unpack(ring))
-  local T, tc, tf
-  if stored[1] then
-    T, tc, tf = brk_triple(stored[1])
-    if not T then return {-1} end
-  end
-  local x = stored[2] and brk_whole(stored[2])
-  local hc, hf = brk_whole(stored[3]), brk_whole(stored[4])
-  if (stored[2] and not x) or not hc or not hf then return {-1} end
-  local slots = {}
-  for slot = 0, ring_len - 1 do
-    local value = stored[5 + slot]
-    if value then
-      local b, n, f = brk_triple(value)
-      if not b then return {-1} end
-      slots[slot] = {b, n, f}
+  -- First every read, check and decision; the writes are kept in order
+  -- and made after.
+  local hset, hdel, hincr = {}, {}, {}
+  local reply = {1}
+  for _, tally in ipairs(tallies) do
+    local c = tally.c
+    local ring = brk_ring_fields(c, ring_len)
+    local stored = redis.call('HMGET', key, 't:' .. c, 'x:' .. c, 'hc:' .. c, 'hf:' .. c, unpack(ring))
+    local T, tc, tf
+    if stored[1] then
+      T, tc, tf = brk_triple(stored[1])
+      if not T then return {-1} end
     end
-  end
-
-  if T and now >= T + half then
-    -- An undecided HALF-OPEN timed out: CLOSED again.
-    hdel[#hdel + 1] = 't:' .. c
-    hdel[#hdel + 1] = 'hc:' .. c
-    hdel[#hdel + 1] = 'hf:' .. c
-    hset[#hset + 1] = 'x:' .. c
-    hset[#hset + 1] = brk_fmt(T)
-    x, T, tc, tf, hc, hf = T, nil, nil, nil, 0, 0
-  end
-  local has_probes = tally.pu ~= 0 and (tally.pc > 0 or tally.pf > 0)
-  if not T and has_probes and (not x or tally.pu > x)
-      and tally.pu <= now and now < tally.pu + half then
-    -- The trip record was lost with the hash: HALF-OPEN since pu.
-    T, tc, tf, hc, hf = tally.pu, 0, 0, 0, 0
-    hset[#hset + 1] = 't:' .. c
-    hset[#hset + 1] = string.format('%d 0 0', T)
-    hset[#hset + 1] = 'hc:' .. c
-    hset[#hset + 1] = '0'
-    hset[#hset + 1] = 'hf:' .. c
-    hset[#hset + 1] = '0'
+    local x = stored[2] and brk_whole(stored[2])
+    local hc, hf = brk_whole(stored[3]), brk_whole(stored[4])
+    if (stored[2] and not x) or not hc or not hf then return {-1} end
+    local slots = {}
     for slot = 0, ring_len - 1 do
-      if slots[slot] then
-        hdel[#hdel + 1] = ring[slot + 1]
-        slots[slot] = nil
+      local value = stored[5 + slot]
+      if value then
+        local b, n, f = brk_triple(value)
+        if not b then return {-1} end
+        slots[slot] = {b, n, f}
       end
     end
-  end
 
-  if T then
-    if now >= T and has_probes and tally.pu == T then
-      hincr[#hincr + 1] = {'hc:' .. c, tally.pc}
-      hincr[#hincr + 1] = {'hf:' .. c, tally.pf}
-      hc, hf = hc + tally.pc, hf + tally.pf
+    if T and now >= T + half then
+      -- An undecided HALF-OPEN timed out: CLOSED again.
+      hdel[#hdel + 1] = 't:' .. c
+      hdel[#hdel + 1] = 'hc:' .. c
+      hdel[#hdel + 1] = 'hf:' .. c
+      hset[#hset + 1] = 'x:' .. c
+      hset[#hset + 1] = brk_fmt(T)
+      x, T, tc, tf, hc, hf = T, nil, nil, nil, 0, 0
     end
-  else
-    for _, bucket in ipairs(tally.buckets) do
-      local b = bucket[1]
-      if brk_counts_in_window(b, now, window, bucket_ms) then
-        local slot = b % ring_len
-        local held = slots[slot]
-        if not held or held[1] < b then
-          slots[slot] = {b, bucket[2], bucket[3], dirty = true}
-        elseif held[1] == b then
-          held[2], held[3], held.dirty = held[2] + bucket[2], held[3] + bucket[3], true
+    local has_probes = tally.pu ~= 0 and (tally.pc > 0 or tally.pf > 0)
+    if not T and has_probes and (not x or tally.pu > x)
+        and tally.pu <= now and now < tally.pu + half then
+      -- The trip record was lost with the hash: HALF-OPEN since pu.
+      T, tc, tf, hc, hf = tally.pu, 0, 0, 0, 0
+      hset[#hset + 1] = 't:' .. c
+      hset[#hset + 1] = string.format('%d 0 0', T)
+      hset[#hset + 1] = 'hc:' .. c
+      hset[#hset + 1] = '0'
+      hset[#hset + 1] = 'hf:' .. c
+      hset[#hset + 1] = '0'
+      for slot = 0, ring_len - 1 do
+        if slots[slot] then
+          hdel[#hdel + 1] = ring[slot + 1]
+          slots[slot] = nil
         end
-        -- A slot holding a newer bucket: this one cannot count any more
-        -- (the ring spans more than a window), so it is dropped.
       end
     end
-  end
 
-  local calls, failures = 0, 0
-  for slot = 0, ring_len - 1 do
-    local held = slots[slot]
-    if held then
-      if brk_counts_in_window(held[1], now, window, bucket_ms) then
-        calls, failures = calls + held[2], failures + held[3]
-        if held.dirty then
-          hset[#hset + 1] = ring[slot + 1]
-          hset[#hset + 1] = string.format('%d %d %d', held[1], held[2], held[3])
+    if T then
+      if now >= T and has_probes and tally.pu == T then
+        hincr[#hincr + 1] = {'hc:' .. c, tally.pc}
+        hincr[#hincr + 1] = {'hf:' .. c, tally.pf}
+        hc, hf = hc + tally.pc, hf + tally.pf
+      end
+    else
+      for _, bucket in ipairs(tally.buckets) do
+        local b = bucket[1]
+        if brk_counts_in_window(b, now, window, bucket_ms) then
+          local slot = b % ring_len
+          local held = slots[slot]
+          if not held or held[1] < b then
+            slots[slot] = {b, bucket[2], bucket[3], dirty = true}
+          elseif held[1] == b then
+            held[2], held[3], held.dirty = held[2] + bucket[2], held[3] + bucket[3], true
+          end
+          -- A slot holding a newer bucket: this one cannot count any more
+          -- (the ring spans more than a window), so it is dropped.
         end
-      elseif held[1] < math.floor(now / bucket_ms) and not held.dirty then
-        hdel[#hdel + 1] = ring[slot + 1]
       end
     end
+
+    local calls, failures, counted = 0, 0, {}
+    for slot = 0, ring_len - 1 do
+      local held = slots[slot]
+      if held then
+        if brk_counts_in_window(held[1], now, window, bucket_ms) then
+          calls, failures = calls + held[2], failures + held[3]
+          counted[#counted + 1] = held[1]
+          counted[#counted + 1] = held[2]
+          counted[#counted + 1] = held[3]
+          if held.dirty then
+            hset[#hset + 1] = ring[slot + 1]
+            hset[#hset + 1] = string.format('%d %d %d', held[1], held[2], held[3])
+          end
+        elseif held[1] < math.floor(now / bucket_ms) and not held.dirty then
+          hdel[#hdel + 1] = ring[slot + 1]
+        end
+      end
+    end
+    reply[#reply + 1] = calls
+    reply[#reply + 1] = failures
+    reply[#reply + 1] = T or 0
+    reply[#reply + 1] = tc or 0
+    reply[#reply + 1] = tf or 0
+    reply[#reply + 1] = hc
+    reply[#reply + 1] = hf
+    reply[#reply + 1] = #counted / 3
+    for _, n in ipairs(counted) do
+      reply[#reply + 1] = n
+    end
   end
-  reply[#reply + 1] = calls
-  reply[#reply + 1] = failures
-  reply[#reply + 1] = T or 0
-  reply[#reply + 1] = tc or 0
-  reply[#reply + 1] = tf or 0
-  reply[#reply + 1] = hc
-  reply[#reply + 1] = hf
+
+  if #hset > 0 or #hincr > 0 then
+    if not brk_may_create(key, pttl) then
+      return {-2}
+    end
+  end
+  -- Deletions first, so a field both dropped and made again above (a timed
+  -- out trip, then a lost one made again) ends as made.
+  brk_chunked(hdel, function(...) redis.call('HDEL', key, ...) end)
+  brk_chunked(hset, function(...) redis.call('HSET', key, ...) end)
+  for _, incr in ipairs(hincr) do
+    redis.call('HINCRBY', key, incr[1], brk_fmt(incr[2]))
+  end
+  if #hset > 0 or #hincr > 0 or #hdel > 0 then
+    brk_keep_ttl(key, half)
+  end
+  return reply
 end
 
-if #hset > 0 or #hincr > 0 then
-  if not brk_may_create(key, pttl) then
-    return {-2}
+-- The merchants' tallies, as sent, each flushed in turn.
+local merchants, at = {}, 7
+for m = 2, #KEYS do
+  local tallies = {}
+  local connectors = tonumber(ARGV[at])
+  at = at + 1
+  for _ = 1, connectors do
+    local tally = {c = ARGV[at], buckets = {}}
+    local n = tonumber(ARGV[at + 1])
+    at = at + 2
+    for i = 1, n do
+      tally.buckets[i] = {tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])}
+      at = at + 3
+    end
+    tally.pu, tally.pc, tally.pf = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
+    at = at + 3
+    tallies[#tallies + 1] = tally
   end
+  merchants[#merchants + 1] = flush_merchant(KEYS[m], tallies)
 end
--- Deletions first, so a field both dropped and made again above (a timed
--- out trip, then a lost one made again) ends as made.
-brk_chunked(hdel, function(...) redis.call('HDEL', key, ...) end)
-brk_chunked(hset, function(...) redis.call('HSET', key, ...) end)
-for _, incr in ipairs(hincr) do
-  redis.call('HINCRBY', key, incr[1], brk_fmt(incr[2]))
-end
-if #hset > 0 or #hincr > 0 or #hdel > 0 then
-  brk_keep_ttl(key, half)
-end
-return reply
+
+local kept, events = brk_poll(index, now, half, cap)
+return {1, merchants, kept, events}

@@ -1,7 +1,17 @@
 //! The connector circuit breaker's tier 2 (contract v1.2 §3): the
 //! [`RedisStore`] calls the breaker engine (`src/breaker/`) and its admin
-//! RPCs make, typed in and out, and the codec of their scripts
-//! (`scripts/breaker_*.lua`, whose headers say the layout).
+//! RPCs make, typed in and out; their codec is `codec.rs`, and
+//! GetConnectorHealth's rows `health.rs`.
+//!
+//! The breakers' keys are spread over a fixed number of shards
+//! (`domain::shards`), each a Cluster hash tag: a merchant's counts hash
+//! and OPEN keys, and the shard's index, share the shard's slot. So one
+//! engine tick costs one script per shard ([`RedisStore::breaker_tick`]:
+//! every merchant's counts of the shard, and the shard's index read
+//! back), and at most one more per shard that has transitions
+//! ([`RedisStore::breaker_transitions`]), however many merchants have
+//! counts; and a transition writes its counts, OPEN key and index entry in
+//! one atomic step.
 //!
 //! Every breaker is a (tenant, merchant, connector)'s: each call takes the
 //! tenant, whose namespace the keys and the index fields carry
@@ -12,24 +22,25 @@
 //! Sentinel write fence as `forget` does: refused, unsent, while a
 //! failover is under way.
 
-use std::collections::BTreeMap;
+mod codec;
+mod health;
+#[cfg(test)]
+mod one;
+
 use std::time::Instant;
 
 use fred::interfaces::HashesInterface;
 use fred::prelude::Value;
 
 use super::RedisStore;
-use crate::domain::breaker::{
-    BreakerSettings, BreakerState, Counts, Override, OverrideUntil, Tripped, state_at,
-};
+use crate::domain::breaker::{BreakerSettings, BreakerState, Counts, OverrideUntil, Tripped};
 use crate::domain::ids::MerchantId;
-use crate::domain::keys::{
-    self, BREAKER_INDEX_KEY, IndexFieldKind, index_override_field, index_trip_field,
-    parse_index_field,
-};
+use crate::domain::keys::{self, index_override_field, index_trip_field};
+use crate::domain::shards::{Shard, shard_of};
 use crate::domain::tenant::Tenant;
-use crate::storage::error::{NotApplied, StorageError};
+use crate::storage::error::StorageError;
 use crate::telemetry::RedisCommand;
+use codec::{decimal, index_cap_ms, no_pexpire, pairs_of, unexpected};
 
 /// One connector's counts an instance has not yet flushed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +53,14 @@ pub struct ConnectorTally {
     pub probes: Option<(i64, Counts)>,
 }
 
+/// One (tenant, merchant)'s tallies, for one shard's flush.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MerchantTallies {
+    pub tenant: Tenant,
+    pub merchant: MerchantId,
+    pub tallies: Vec<ConnectorTally>,
+}
+
 /// One connector's shared state after a flush.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectorSnapshot {
@@ -52,6 +71,9 @@ pub struct ConnectorSnapshot {
     pub tripped: Option<Tripped>,
     /// The probes of the HALF-OPEN that `tripped` names.
     pub probes: Counts,
+    /// The window's buckets with calls, (bucket, counts): what `window`
+    /// sums, so the engine can tell when it will trip as they age out.
+    pub ring: Vec<(i64, Counts)>,
 }
 
 /// A transition the engine decided, applied only if the breaker is still
@@ -68,7 +90,16 @@ pub enum BreakerTransition {
     Reopen { open_until_ms: i64 },
 }
 
-/// One (tenant, merchant, connector) of the breaker index.
+/// One breaker's transition, for one shard's batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedTransition {
+    pub tenant: Tenant,
+    pub merchant: MerchantId,
+    pub connector: String,
+    pub transition: BreakerTransition,
+}
+
+/// One (tenant, merchant, connector) of a shard's index.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexEntry {
     pub tenant: Tenant,
@@ -76,6 +107,39 @@ pub struct IndexEntry {
     pub connector: String,
     pub tripped: Option<Tripped>,
     pub over: Option<OverrideUntil>,
+}
+
+/// A transition time made, which no instance writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeTransition {
+    /// OPEN → HALF-OPEN: the trip's OPEN ended.
+    HalfOpen,
+    /// HALF-OPEN → CLOSED: it did not decide within 2 × WINDOW.
+    Closed,
+}
+
+/// A transition time made, as the one poll that saw it first reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimedTransition {
+    pub tenant: Tenant,
+    pub merchant: MerchantId,
+    pub connector: String,
+    pub tripped: Tripped,
+    pub kind: TimeTransition,
+}
+
+/// What one shard's tick answered.
+#[derive(Debug)]
+pub struct ShardTick {
+    /// Per merchant sent, in order: each connector's shared state, or why
+    /// nothing of that merchant was written.
+    pub merchants: Vec<Result<Vec<ConnectorSnapshot>, StorageError>>,
+    /// The shard's index: every breaker of it that is tripped or
+    /// overridden.
+    pub index: Vec<IndexEntry>,
+    /// The transitions time made that this tick's poll saw first (each is
+    /// reported to exactly one poll, of one instance).
+    pub timed: Vec<TimedTransition>,
 }
 
 /// One connector of GetConnectorHealth.
@@ -93,162 +157,107 @@ pub struct ConnectorHealthRow {
 }
 
 impl RedisStore {
-    /// Adds one (tenant, merchant)'s pending counts into Redis
-    /// (breaker_flush.lua, one call) and answers each connector's shared
-    /// state, in `tallies`' order. Nothing is sent for no tallies.
-    pub async fn flush_breakers(
+    /// One tick of one shard (breaker_flush.lua, one call): adds every
+    /// merchant's pending counts into Redis, answers each connector's
+    /// shared state, and polls the shard's index. `merchants` must all be
+    /// of `shard`; with none, it only polls.
+    pub async fn breaker_tick(
         &self,
-        tenant: &Tenant,
-        merchant: &MerchantId,
-        tallies: &[ConnectorTally],
+        shard: Shard,
+        merchants: &[MerchantTallies],
         now_ms: i64,
         settings: &BreakerSettings,
         deadline: Instant,
-    ) -> Result<Vec<ConnectorSnapshot>, StorageError> {
-        if tallies.is_empty() {
-            return Ok(Vec::new());
-        }
-        let key = keys::breaker_counts_key(tenant, merchant);
-        let args = flush_args(tallies, now_ms, settings);
-        let reply: Vec<i64> = self
-            .breaker_script(Script::Flush, &[key.as_str()], &args, deadline)
+    ) -> Result<ShardTick, StorageError> {
+        let index = keys::breaker_index_key(shard);
+        let counts: Vec<_> = merchants
+            .iter()
+            .map(|m| keys::breaker_counts_key(&m.tenant, &m.merchant))
+            .collect();
+        let mut key_list = vec![index.as_str()];
+        key_list.extend(counts.iter().map(|key| key.as_str()));
+        let args = codec::flush_args(merchants, now_ms, settings);
+        let reply: Value = self
+            .breaker_script(Script::Flush, &key_list, &args, deadline)
             .await?;
-        flush_reply(&reply, tallies).map_err(|error| self.refused(key.as_str(), error))
+        let (merchants_replies, index_entries, timed) = codec::flush_reply(reply, merchants)
+            .map_err(|error| self.refused(index.as_str(), error))?;
+        for (reply, key) in merchants_replies.iter().zip(&counts) {
+            if let Err(error) = reply {
+                self.exec.note_refusal(key.as_str(), error);
+            }
+        }
+        Ok(ShardTick {
+            merchants: merchants_replies,
+            index: index_entries,
+            timed,
+        })
     }
 
-    /// Applies one transition (breaker_transition.lua): the trip it made
-    /// (Trip, Reopen) or the trip it closed, with no counts (Close);
-    /// `None` when the breaker was not where the engine saw it, and
-    /// nothing was written.
-    // The breaker's three ids and the transition's four inputs: a struct
-    // for its one caller would only rename them.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn transition_breaker(
+    /// Applies one shard's transitions (breaker_transition.lua, one call),
+    /// each with its index entry: per transition, the trip it made (Trip,
+    /// Reopen) or the trip it closed, with no counts (Close); `None` when
+    /// the breaker was not where the engine saw it, and nothing of it was
+    /// written. `planned` must all be of `shard`.
+    pub async fn breaker_transitions(
         &self,
-        tenant: &Tenant,
-        merchant: &MerchantId,
-        connector: &str,
-        transition: BreakerTransition,
+        shard: Shard,
+        planned: &[PlannedTransition],
         now_ms: i64,
         settings: &BreakerSettings,
         deadline: Instant,
-    ) -> Result<Option<Tripped>, StorageError> {
-        let counts = keys::breaker_counts_key(tenant, merchant);
-        let open = keys::breaker_open_key(tenant, merchant, connector);
-        let (kind, expect) = match transition {
-            BreakerTransition::Trip => ("trip", 0),
-            BreakerTransition::Close { open_until_ms } => ("close", open_until_ms),
-            BreakerTransition::Reopen { open_until_ms } => ("reopen", open_until_ms),
-        };
-        let args = [
-            Value::from(kind),
-            Value::from(connector),
+    ) -> Result<Vec<Result<Option<Tripped>, StorageError>>, StorageError> {
+        if planned.is_empty() {
+            return Ok(Vec::new());
+        }
+        let index = keys::breaker_index_key(shard);
+        let mut owned = Vec::with_capacity(planned.len() * 2);
+        let mut args = vec![
             decimal(now_ms),
             decimal(settings.open_for_ms()),
             decimal(settings.half_open_for_ms()),
-            decimal(expect),
             decimal(settings.window_ms()),
             decimal(settings.bucket_ms()),
             decimal(settings.ring_len()),
-        ];
-        let reply: Vec<i64> = self
-            .breaker_script(
-                Script::Transition,
-                &[counts.as_str(), open.as_str()],
-                &args,
-                deadline,
-            )
-            .await?;
-        transition_reply(&reply, transition).map_err(|error| self.refused(counts.as_str(), error))
-    }
-
-    /// The breaker index (breaker_index.lua's poll): every trip and
-    /// override still of use at `now_ms`, of every tenant (the index is one
-    /// hash for all), one entry per (tenant, merchant, connector), in that
-    /// order (the default tenant first). The poll also deletes
-    /// the entries past their use and keeps the index's TTL to the longest
-    /// left.
-    pub async fn poll_breaker_index(
-        &self,
-        now_ms: i64,
-        settings: &BreakerSettings,
-        deadline: Instant,
-    ) -> Result<Vec<IndexEntry>, StorageError> {
-        let args = [
-            Value::from("poll"),
-            decimal(now_ms),
-            decimal(settings.half_open_for_ms()),
             decimal(index_cap_ms(settings)),
         ];
-        let reply: Value = self
-            .breaker_script(Script::Index, &[BREAKER_INDEX_KEY], &args, deadline)
-            .await?;
-        let mut merged: BTreeMap<(Tenant, String, String), IndexEntry> = BTreeMap::new();
-        for (field, value) in pairs_of(reply.into_array()) {
-            let Some((kind, tenant, merchant, connector)) = parse_index_field(&field) else {
-                continue;
-            };
-            let entry = merged
-                .entry((
-                    tenant.clone(),
-                    merchant.as_str().to_owned(),
-                    connector.clone(),
-                ))
-                .or_insert_with(|| IndexEntry {
-                    tenant,
-                    merchant: merchant.as_str().to_owned(),
-                    connector,
-                    tripped: None,
-                    over: None,
-                });
-            match kind {
-                IndexFieldKind::Trip => entry.tripped = parse_trip(&value),
-                IndexFieldKind::Override => entry.over = parse_override(&value),
-            }
+        for plan in planned {
+            owned.push(
+                keys::breaker_counts_key(&plan.tenant, &plan.merchant)
+                    .as_str()
+                    .to_owned(),
+            );
+            owned.push(
+                keys::breaker_open_key(&plan.tenant, &plan.merchant, &plan.connector)
+                    .as_str()
+                    .to_owned(),
+            );
+            let field = index_trip_field(&plan.tenant, &plan.merchant, &plan.connector);
+            args.extend(codec::transition_args(
+                plan.transition,
+                &plan.connector,
+                field,
+            ));
         }
-        Ok(merged
-            .into_values()
-            .filter(|entry| entry.tripped.is_some() || entry.over.is_some())
+        let mut key_list = vec![index.as_str()];
+        key_list.extend(owned.iter().map(String::as_str));
+        let reply: Value = self
+            .breaker_script(Script::Transition, &key_list, &args, deadline)
+            .await?;
+        let replies = codec::transition_replies(reply, planned.len())?;
+        Ok(replies
+            .iter()
+            .zip(planned)
+            .map(|(reply, plan)| {
+                codec::transition_reply(reply, plan.transition)
+                    .inspect_err(|error| self.exec.note_refusal(index.as_str(), error))
+            })
             .collect())
     }
 
-    /// Names `tripped` in the index, so that every instance sees it at its
-    /// next poll. The index keeps it (and its own TTL) for at most
-    /// max(2 × WINDOW, OPEN_FOR); each poll renews that while the trip is
-    /// of use.
-    pub async fn index_trip(
-        &self,
-        tenant: &Tenant,
-        merchant: &MerchantId,
-        connector: &str,
-        tripped: Tripped,
-        settings: &BreakerSettings,
-        deadline: Instant,
-    ) -> Result<(), StorageError> {
-        let field = index_trip_field(tenant, merchant, connector);
-        let value = trip_value(&tripped);
-        self.index_set(&field, &value, index_cap_ms(settings), deadline)
-            .await
-    }
-
-    /// Takes the trip open until `open_until_ms` out of the index (a close);
-    /// a later trip of the same breaker stays. Whether it was there.
-    pub async fn index_clear_trip(
-        &self,
-        tenant: &Tenant,
-        merchant: &MerchantId,
-        connector: &str,
-        open_until_ms: i64,
-        deadline: Instant,
-    ) -> Result<bool, StorageError> {
-        let field = index_trip_field(tenant, merchant, connector);
-        // The space ends the number: T = 12 never clears T = 123.
-        self.index_del(&field, &format!("{open_until_ms} "), deadline)
-            .await
-    }
-
-    /// Sets the breaker's override until its end (kept in the index for
-    /// as long), or clears it (`None`, or one already over at `now_ms`).
+    /// Sets the breaker's override until its end (kept in its shard's
+    /// index for as long), or clears it (`None`, or one already over at
+    /// `now_ms`).
     pub async fn set_override(
         &self,
         tenant: &Tenant,
@@ -258,22 +267,32 @@ impl RedisStore {
         now_ms: i64,
         deadline: Instant,
     ) -> Result<(), StorageError> {
+        let index = keys::breaker_index_key(shard_of(tenant, merchant));
         let field = index_override_field(tenant, merchant, connector);
-        match over.filter(|over| over.active_at(now_ms)) {
-            Some(over) => {
-                let lifetime = over.until_ms.saturating_sub(now_ms);
-                self.index_set(&field, &override_value(&over), lifetime, deadline)
-                    .await
-            }
-            None => self.index_del(&field, "", deadline).await.map(|_| ()),
+        let args = match over.filter(|over| over.active_at(now_ms)) {
+            Some(over) => vec![
+                Value::from("set"),
+                Value::from(field),
+                Value::from(codec::override_value(&over)),
+                decimal(over.until_ms.saturating_sub(now_ms).max(1)),
+            ],
+            None => vec![Value::from("del"), Value::from(field), Value::from("")],
+        };
+        let reply: Vec<i64> = self
+            .breaker_script(Script::Index, &[index.as_str()], &args, deadline)
+            .await?;
+        match *reply {
+            [0 | 1] => Ok(()),
+            [-2] => Err(self.refused(index.as_str(), no_pexpire())),
+            _ => Err(unexpected("breaker_index", &reply)),
         }
     }
 
     /// GetConnectorHealth, from Redis: every connector of `tenant`'s
     /// merchant with a trip not yet over, calls in the current window, or
     /// an override, in bytewise connector order. Two reads (the (tenant,
-    /// merchant)'s counts hash, the index shared by every tenant, of which
-    /// only this tenant's fields count), sent together; no state change.
+    /// merchant)'s counts hash, its shard's index, of which only this
+    /// merchant's fields count), sent together; no state change.
     pub async fn breaker_health(
         &self,
         tenant: &Tenant,
@@ -283,7 +302,8 @@ impl RedisStore {
         deadline: Instant,
     ) -> Result<Vec<ConnectorHealthRow>, StorageError> {
         let counts_key = keys::breaker_counts_key(tenant, merchant);
-        let counts_key = counts_key.as_str();
+        let index_key = keys::breaker_index_key(shard_of(tenant, merchant));
+        let (counts_key, index_key) = (counts_key.as_str(), index_key.as_str());
         let (counts, index) = tokio::join!(
             self.exec.on_key(
                 RedisCommand::BreakerHealth,
@@ -294,54 +314,15 @@ impl RedisStore {
             ),
             self.exec.on_key(
                 RedisCommand::BreakerHealth,
-                BREAKER_INDEX_KEY,
+                index_key,
                 deadline,
                 false,
-                |client| async move { client.hgetall::<Value, _>(BREAKER_INDEX_KEY).await },
+                |client| async move { client.hgetall::<Value, _>(index_key).await },
             ),
         );
         let counts = pairs_of(counts?.into_array());
         let index = pairs_of(index?.into_array());
-        health_rows(tenant, merchant, &counts, &index, now_ms, settings)
-    }
-
-    async fn index_set(
-        &self,
-        field: &str,
-        value: &str,
-        lifetime_ms: i64,
-        deadline: Instant,
-    ) -> Result<(), StorageError> {
-        let args = [
-            Value::from("set"),
-            Value::from(field),
-            Value::from(value),
-            decimal(lifetime_ms.max(1)),
-        ];
-        let reply: Vec<i64> = self
-            .breaker_script(Script::Index, &[BREAKER_INDEX_KEY], &args, deadline)
-            .await?;
-        match *reply {
-            [1] => Ok(()),
-            [-2] => Err(self.refused(BREAKER_INDEX_KEY, no_pexpire())),
-            _ => Err(unexpected("breaker_index set", &reply)),
-        }
-    }
-
-    async fn index_del(
-        &self,
-        field: &str,
-        prefix: &str,
-        deadline: Instant,
-    ) -> Result<bool, StorageError> {
-        let args = [Value::from("del"), Value::from(field), Value::from(prefix)];
-        let reply: Vec<i64> = self
-            .breaker_script(Script::Index, &[BREAKER_INDEX_KEY], &args, deadline)
-            .await?;
-        match *reply {
-            [deleted @ (0 | 1)] => Ok(deleted == 1),
-            _ => Err(unexpected("breaker_index del", &reply)),
-        }
+        health::health_rows(tenant, merchant, &counts, &index, now_ms, settings)
     }
 
     /// Runs one of the breaker's scripts on `keys` (of one slot; the first
@@ -362,7 +343,7 @@ impl RedisStore {
             Script::Index => &scripts.breaker_index,
         };
         let metrics = &*self.exec.metrics;
-        let route = keys.first().copied().unwrap_or(BREAKER_INDEX_KEY);
+        let route = keys.first().copied().unwrap_or_default();
         self.exec
             .on_key(script.command, route, deadline, true, |client| async move {
                 script.run_keys(&client, keys, args, metrics).await
@@ -384,290 +365,6 @@ enum Script {
     Flush,
     Transition,
     Index,
-}
-
-/// How long the index may keep a trip: max(2 × WINDOW, OPEN_FOR), the
-/// longest TTL the contract lets a breaker key have (overrides aside).
-fn index_cap_ms(settings: &BreakerSettings) -> i64 {
-    settings.half_open_for_ms().max(settings.open_for_ms())
-}
-
-fn decimal(n: impl Into<i64>) -> Value {
-    Value::from(n.into().to_string())
-}
-
-fn count(n: u64) -> Value {
-    Value::from(n.to_string())
-}
-
-/// breaker_flush.lua's arguments.
-fn flush_args(tallies: &[ConnectorTally], now_ms: i64, s: &BreakerSettings) -> Vec<Value> {
-    let mut args = vec![
-        decimal(now_ms),
-        decimal(s.window_ms()),
-        decimal(s.bucket_ms()),
-        decimal(s.ring_len()),
-        decimal(s.half_open_for_ms()),
-    ];
-    for tally in tallies {
-        args.push(Value::from(tally.connector.as_str()));
-        args.push(decimal(
-            i64::try_from(tally.buckets.len()).unwrap_or(i64::MAX),
-        ));
-        for (bucket, counts) in &tally.buckets {
-            args.extend([
-                decimal(*bucket),
-                count(counts.calls),
-                count(counts.failures),
-            ]);
-        }
-        let (until, probes) = tally.probes.unwrap_or_default();
-        args.extend([decimal(until), count(probes.calls), count(probes.failures)]);
-    }
-    args
-}
-
-/// breaker_flush.lua's reply: `{1, then 7 numbers per connector}`.
-fn flush_reply(
-    reply: &[i64],
-    tallies: &[ConnectorTally],
-) -> Result<Vec<ConnectorSnapshot>, StorageError> {
-    match reply {
-        [-1] => return Err(foreign("the merchant's breaker counts")),
-        [-2] => return Err(no_pexpire()),
-        [1, rest @ ..] if rest.len() == 7 * tallies.len() => {
-            let snapshots = rest.chunks_exact(7).zip(tallies).map(|(row, tally)| {
-                let &[calls, failures, until, trip_calls, trip_failures, hc, hf] = row else {
-                    return None;
-                };
-                Some(ConnectorSnapshot {
-                    connector: tally.connector.clone(),
-                    window: counts_of(calls, failures)?,
-                    tripped: trip_of(until, trip_calls, trip_failures)?,
-                    probes: counts_of(hc, hf)?,
-                })
-            });
-            if let Some(snapshots) = snapshots.collect::<Option<Vec<_>>>() {
-                return Ok(snapshots);
-            }
-        }
-        _ => {}
-    }
-    Err(unexpected("breaker_flush", reply))
-}
-
-/// breaker_transition.lua's reply.
-fn transition_reply(
-    reply: &[i64],
-    transition: BreakerTransition,
-) -> Result<Option<Tripped>, StorageError> {
-    let tripped = match (reply, transition) {
-        ([0], _) => return Ok(None),
-        ([-1], _) => return Err(foreign("the merchant's breaker counts")),
-        ([-2], _) => return Err(no_pexpire()),
-        ([1], BreakerTransition::Close { open_until_ms }) => Some(Tripped {
-            open_until_ms,
-            calls: 0,
-            failures: 0,
-        }),
-        (
-            &[1, until, calls, failures],
-            BreakerTransition::Trip | BreakerTransition::Reopen { .. },
-        ) => trip_of(until, calls, failures).flatten(),
-        _ => None,
-    };
-    match tripped {
-        Some(tripped) => Ok(Some(tripped)),
-        None => Err(unexpected("breaker_transition", reply)),
-    }
-}
-
-fn counts_of(calls: i64, failures: i64) -> Option<Counts> {
-    Some(Counts {
-        calls: u64::try_from(calls).ok()?,
-        failures: u64::try_from(failures).ok()?,
-    })
-}
-
-/// A trip from its three numbers: `Some(None)` for none (T = 0; times are
-/// Unix milliseconds, never 0), `None` for numbers no trip has.
-fn trip_of(until: i64, calls: i64, failures: i64) -> Option<Option<Tripped>> {
-    if until == 0 {
-        return Some(None);
-    }
-    let counts = counts_of(calls, failures)?;
-    Some(Some(Tripped {
-        open_until_ms: until,
-        calls: counts.calls,
-        failures: counts.failures,
-    }))
-}
-
-/// A trip as the counts hash and the index keep it: "T calls failures".
-fn trip_value(tripped: &Tripped) -> String {
-    format!(
-        "{} {} {}",
-        tripped.open_until_ms, tripped.calls, tripped.failures
-    )
-}
-
-fn parse_trip(value: &str) -> Option<Tripped> {
-    let mut words = value.split(' ');
-    let tripped = Tripped {
-        open_until_ms: words.next()?.parse().ok()?,
-        calls: words.next()?.parse().ok()?,
-        failures: words.next()?.parse().ok()?,
-    };
-    words.next().is_none().then_some(tripped)
-}
-
-/// An override as the index keeps it: "<until_ms> open|closed" (the end
-/// first, so breaker_index.lua reads every entry's end alike).
-fn override_value(over: &OverrideUntil) -> String {
-    let kind = match over.kind {
-        Override::ForceOpen => "open",
-        Override::ForceClosed => "closed",
-    };
-    format!("{} {kind}", over.until_ms)
-}
-
-fn parse_override(value: &str) -> Option<OverrideUntil> {
-    let (until, kind) = value.split_once(' ')?;
-    let kind = match kind {
-        "open" => Override::ForceOpen,
-        "closed" => Override::ForceClosed,
-        _ => return None,
-    };
-    Some(OverrideUntil {
-        kind,
-        until_ms: until.parse().ok()?,
-    })
-}
-
-/// A flat field/value list (HGETALL's, the poll's) as UTF-8 pairs; a pair
-/// that is not UTF-8 is none this service wrote, and is skipped.
-fn pairs_of(flat: Vec<Value>) -> Vec<(String, String)> {
-    let mut pairs = Vec::with_capacity(flat.len() / 2);
-    let mut flat = flat.into_iter();
-    while let (Some(field), Some(value)) = (flat.next(), flat.next()) {
-        if let (Some(field), Some(value)) = (field.into_string(), value.into_string()) {
-            pairs.push((field, value));
-        }
-    }
-    pairs
-}
-
-/// What the counts hash holds for one connector.
-#[derive(Default)]
-struct Held {
-    window: Counts,
-    tripped: Option<Tripped>,
-    probes: Counts,
-    closed: Option<i64>,
-    over: Option<OverrideUntil>,
-    indexed: Option<Tripped>,
-}
-
-/// GetConnectorHealth's rows from the (tenant, merchant)'s counts hash and
-/// the index, whose other tenants' and merchants' fields are skipped.
-fn health_rows(
-    tenant: &Tenant,
-    merchant: &MerchantId,
-    counts: &[(String, String)],
-    index: &[(String, String)],
-    now_ms: i64,
-    s: &BreakerSettings,
-) -> Result<Vec<ConnectorHealthRow>, StorageError> {
-    let foreign = || foreign("the merchant's breaker counts");
-    let mut held: BTreeMap<String, Held> = BTreeMap::new();
-    for (field, value) in counts {
-        let Some((name, connector)) = field.split_once(':') else {
-            continue;
-        };
-        let entry = held.entry(connector.to_owned()).or_default();
-        match name {
-            "t" => entry.tripped = Some(parse_trip(value).ok_or_else(foreign)?),
-            "x" => entry.closed = Some(value.parse().map_err(|_| foreign())?),
-            "hc" => entry.probes.calls = value.parse().map_err(|_| foreign())?,
-            "hf" => entry.probes.failures = value.parse().map_err(|_| foreign())?,
-            _ if name.len() > 1
-                && name.starts_with('b')
-                && name[1..].bytes().all(|b| b.is_ascii_digit()) =>
-            {
-                // A ring slot: "<bucket> <calls> <failures>", the same
-                // shape as a trip.
-                let slot = parse_trip(value).ok_or_else(foreign)?;
-                if s.counts_in_window(slot.open_until_ms, now_ms) {
-                    entry.window += Counts {
-                        calls: slot.calls,
-                        failures: slot.failures,
-                    };
-                }
-            }
-            _ => {}
-        }
-    }
-    for (field, value) in index {
-        let Some((kind, of_tenant, of, connector)) = parse_index_field(field) else {
-            continue;
-        };
-        if of != *merchant || of_tenant != *tenant {
-            continue;
-        }
-        let entry = held.entry(connector).or_default();
-        match kind {
-            IndexFieldKind::Trip => entry.indexed = parse_trip(value),
-            IndexFieldKind::Override => {
-                entry.over = parse_override(value).filter(|over| over.active_at(now_ms));
-            }
-        }
-    }
-    let mut rows = Vec::new();
-    for (connector, held) in held {
-        // The counts hash's trip is the breaker's own; the index's stands
-        // in when the hash lost it (expired during a long OPEN), unless the
-        // hash says that trip was closed.
-        let tripped = held.tripped.or(held
-            .indexed
-            .filter(|t| held.closed.is_none_or(|x| t.open_until_ms > x)));
-        let state = state_at(tripped.as_ref(), now_ms, s);
-        let (counts, open_until_ms) = match (state, tripped) {
-            (BreakerState::Open { until_ms }, Some(t)) => (t.counts(), until_ms),
-            (BreakerState::HalfOpen { .. }, _) => (held.probes, 0),
-            _ => (held.window, 0),
-        };
-        if state != BreakerState::Closed || counts.calls > 0 || held.over.is_some() {
-            rows.push(ConnectorHealthRow {
-                connector,
-                state,
-                counts,
-                open_until_ms,
-                over: held.over,
-            });
-        }
-    }
-    Ok(rows)
-}
-
-fn foreign(key_kind: &'static str) -> StorageError {
-    StorageError::ForeignValue {
-        key_kind,
-        detail: "a stored value is not one the breaker writes".into(),
-    }
-}
-
-/// A breaker script's refusal to make a key it could not give a TTL.
-fn no_pexpire() -> StorageError {
-    StorageError::Unavailable {
-        why: NotApplied::Permission,
-        detail: "the Redis user may not run PEXPIRE on this key (needs +pexpire), so the \
-                 script created nothing"
-            .into(),
-    }
-}
-
-fn unexpected(script: &str, reply: &[i64]) -> StorageError {
-    StorageError::Unexpected(format!("{script} replied {reply:?}"))
 }
 
 #[cfg(test)]

@@ -4,8 +4,10 @@
 //! a count), its fields
 //! [`EXPERIMENT_FIELDS`] counting outcomes; the [`RedisStore`] calls the
 //! experiment engine (`src/experiment/`) makes to add to them
-//! (`scripts/experiment_flush.lua`) and GetUplift makes to read them, and
-//! [`ExperimentCounts`], one day's counts, which the report decodes too.
+//! (`scripts/experiment_flush.lua`, one call per shard of
+//! `domain::shards`, however many merchants have counts) and GetUplift
+//! makes to read them, and [`ExperimentCounts`], one day's counts, which
+//! the report decodes too.
 //!
 //! The flush is a background write and goes through the Sentinel write
 //! fence as the breaker's do: refused, unsent, while a failover is under
@@ -19,7 +21,8 @@ use tokio::task::JoinSet;
 
 use super::RedisStore;
 use crate::domain::ids::MerchantId;
-use crate::domain::keys::{self, EXPERIMENT_FIELDS};
+use crate::domain::keys::{self, EXPERIMENT_FIELDS, ExperimentKey};
+use crate::domain::shards::{Shard, shard_of};
 use crate::domain::tenant::Tenant;
 use crate::storage::error::{NotApplied, StorageError};
 use crate::telemetry::RedisCommand;
@@ -75,61 +78,90 @@ impl ExperimentCounts {
 }
 
 impl RedisStore {
-    /// Adds one (tenant, merchant)'s pending counts of one UTC day
-    /// (`YYYYMMDD`) into its hash (experiment_flush.lua, one call), and sets
-    /// the hash's TTL to `retention`. Nothing is sent for no counts.
+    /// Adds one shard's pending counts (each a (tenant, merchant)'s of one
+    /// UTC day, `YYYYMMDD`) into their hashes (experiment_flush.lua, one
+    /// call), each hash's TTL set to `retention`: per entry, in order,
+    /// `Ok` or why nothing of it was written. `entries` must all be of
+    /// `shard`; an entry without counts is sent as none.
     pub async fn flush_experiment(
         &self,
-        tenant: &Tenant,
-        merchant: &MerchantId,
-        day: u32,
-        counts: &ExperimentCounts,
+        shard: Shard,
+        entries: &[ExperimentEntry],
         retention: Duration,
         deadline: Instant,
-    ) -> Result<(), StorageError> {
-        if counts.is_empty() {
-            return Ok(());
+    ) -> Result<Vec<Result<(), StorageError>>, StorageError> {
+        if entries.is_empty() {
+            return Ok(Vec::new());
         }
-        let key = keys::experiment_key(tenant, merchant, day);
-        let key = key.as_str();
+        let keys: Vec<ExperimentKey> = entries
+            .iter()
+            .map(|e| keys::experiment_key(&e.tenant, &e.merchant, e.day))
+            .collect();
+        debug_assert!(
+            entries
+                .iter()
+                .all(|e| shard_of(&e.tenant, &e.merchant) == shard)
+        );
+        let key_list: Vec<&str> = keys.iter().map(ExperimentKey::as_str).collect();
         let retention_ms = u64::try_from(retention.as_millis())
             .unwrap_or(u64::MAX)
             .max(1);
         let mut args = vec![Value::from(retention_ms.to_string())];
-        for (field, &count) in EXPERIMENT_FIELDS.iter().zip(&counts.counts) {
-            if count > 0 {
-                args.push(Value::from(*field));
-                args.push(Value::from(count.to_string()));
+        for entry in entries {
+            let fields = entry.counts.counts.iter().filter(|&&n| n > 0).count();
+            args.push(Value::from(fields.to_string()));
+            for (field, &count) in EXPERIMENT_FIELDS.iter().zip(&entry.counts.counts) {
+                if count > 0 {
+                    args.push(Value::from(*field));
+                    args.push(Value::from(count.to_string()));
+                }
             }
         }
         self.exec.check_fence()?;
         let script = &self.exec.scripts.experiment_flush;
-        let (args, metrics) = (&args[..], &*self.exec.metrics);
+        let (keys_ref, args, metrics) = (&key_list[..], &args[..], &*self.exec.metrics);
+        let route = key_list.first().copied().unwrap_or_default();
         let reply: Vec<i64> = self
             .exec
-            .on_key(script.command, key, deadline, true, |client| async move {
-                script.run(&client, key, args, metrics).await
+            .on_key(script.command, route, deadline, true, |client| async move {
+                script.run_keys(&client, keys_ref, args, metrics).await
             })
             .await?;
-        let error = match *reply {
-            [1] => return Ok(()),
-            [-1] => foreign(),
-            [-2] => StorageError::Unavailable {
-                why: NotApplied::Permission,
-                detail: "the Redis user may not run PEXPIRE on this key (needs +pexpire on \
-                         ~sticky_exp_*), so the script wrote nothing"
-                    .into(),
-            },
-            _ => StorageError::Unexpected(format!("experiment_flush replied {reply:?}")),
-        };
-        self.exec.note_refusal(key, &error);
-        Err(error)
+        if reply.len() != entries.len() {
+            return Err(StorageError::Unexpected(format!(
+                "experiment_flush replied {} answers for {} hashes",
+                reply.len(),
+                entries.len()
+            )));
+        }
+        Ok(reply
+            .iter()
+            .zip(&key_list)
+            .map(|(&answer, key)| {
+                let error = match answer {
+                    1 => return Ok(()),
+                    -1 => foreign(),
+                    -2 => StorageError::Unavailable {
+                        why: NotApplied::Permission,
+                        detail: "the Redis user may not run PEXPIRE on this key (needs \
+                                 +pexpire on ~sticky_exp_*), so the script wrote nothing"
+                            .into(),
+                    },
+                    _ => StorageError::Unexpected(format!("experiment_flush replied {answer}")),
+                };
+                self.exec.note_refusal(key, &error);
+                Err(error)
+            })
+            .collect())
     }
 
     /// One (tenant, merchant)'s counts of each of `days` (`YYYYMMDD`), in
-    /// `days`' order; a day without a hash (none counted, or past the retention)
-    /// has no counts. One HGETALL per day, all sent at once (on Cluster the
-    /// days' hashes may sit on different primaries).
+    /// `days`' order; a day without a hash (none counted, or past the
+    /// retention) has no counts. Each day's sharded hash and its hash of
+    /// the layout before the shards (`keys::legacy_experiment_key`, read
+    /// until those expire) are summed: one HGETALL per key, all sent at
+    /// once (on Cluster the days' legacy hashes may sit on different
+    /// primaries).
     pub async fn read_experiment(
         &self,
         tenant: &Tenant,
@@ -139,22 +171,26 @@ impl RedisStore {
     ) -> Result<Vec<(u32, ExperimentCounts)>, StorageError> {
         let mut reads = JoinSet::new();
         for (at, &day) in days.iter().enumerate() {
-            let store = self.clone();
-            let key = keys::experiment_key(tenant, merchant, day);
-            reads.spawn(async move {
-                let key = key.as_str();
-                let read = store
-                    .exec
-                    .on_key(
-                        RedisCommand::ExperimentRead,
-                        key,
-                        deadline,
-                        false,
-                        |client| async move { client.hgetall::<Value, _>(key).await },
-                    )
-                    .await;
-                (at, read)
-            });
+            for key in [
+                keys::experiment_key(tenant, merchant, day),
+                keys::legacy_experiment_key(tenant, merchant, day),
+            ] {
+                let store = self.clone();
+                reads.spawn(async move {
+                    let key = key.as_str();
+                    let read = store
+                        .exec
+                        .on_key(
+                            RedisCommand::ExperimentRead,
+                            key,
+                            deadline,
+                            false,
+                            |client| async move { client.hgetall::<Value, _>(key).await },
+                        )
+                        .await;
+                    (at, read)
+                });
+            }
         }
         let mut read = vec![ExperimentCounts::default(); days.len()];
         while let Some(joined) = reads.join_next().await {
@@ -165,11 +201,46 @@ impl RedisStore {
             let counts =
                 ExperimentCounts::from_fields(pairs.iter().map(|(f, v)| (&f[..], &v[..])))?;
             if let Some(slot) = read.get_mut(at) {
-                *slot = counts;
+                slot.add(&counts);
             }
         }
         Ok(days.iter().copied().zip(read).collect())
     }
+}
+
+#[cfg(test)]
+impl RedisStore {
+    /// One (tenant, merchant)'s day alone: its shard's flush with it.
+    pub async fn flush_experiment_day(
+        &self,
+        tenant: &Tenant,
+        merchant: &MerchantId,
+        day: u32,
+        counts: &ExperimentCounts,
+        retention: Duration,
+        deadline: Instant,
+    ) -> Result<(), StorageError> {
+        let entry = ExperimentEntry {
+            tenant: tenant.clone(),
+            merchant: merchant.clone(),
+            day,
+            counts: *counts,
+        };
+        let shard = shard_of(tenant, merchant);
+        let mut answers = self
+            .flush_experiment(shard, &[entry], retention, deadline)
+            .await?;
+        answers.remove(0)
+    }
+}
+
+/// One (tenant, merchant)'s counts of one UTC day, for a shard's flush.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExperimentEntry {
+    pub tenant: Tenant,
+    pub merchant: MerchantId,
+    pub day: u32,
+    pub counts: ExperimentCounts,
 }
 
 /// HGETALL's reply (a map, or a flat list) as (field, value) bytes; empty

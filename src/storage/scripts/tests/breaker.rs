@@ -10,7 +10,7 @@ use super::*;
 use crate::domain::breaker::{
     BreakerSettings, BreakerState, Counts, Override, OverrideUntil, Tripped,
 };
-use crate::domain::keys::BREAKER_INDEX_KEY;
+use crate::domain::shards::shard_of;
 use crate::domain::tenant::Tenant;
 use crate::storage::{
     BreakerTransition, ConnectorHealthRow, ConnectorSnapshot, ConnectorTally, IndexEntry,
@@ -128,6 +128,22 @@ impl Harness {
     fn breaker_keys(&self) -> Vec<String> {
         self.keys_matching("sticky_brk_*")
     }
+}
+
+/// The index of merchant `m`'s shard.
+fn index_key(m: &str) -> String {
+    keys::breaker_index_key(shard_of(&Tenant::DEFAULT, &merchant(m)))
+        .as_str()
+        .to_owned()
+}
+
+/// A merchant other than `m`, in `m`'s shard (so one index holds both).
+fn beside(m: &str) -> String {
+    let shard = shard_of(&Tenant::DEFAULT, &merchant(m));
+    (0..)
+        .map(|i| format!("n{i}"))
+        .find(|n| shard_of(&Tenant::DEFAULT, &merchant(n)) == shard)
+        .unwrap()
 }
 
 fn counts_key(m: &str) -> String {
@@ -452,7 +468,8 @@ fn transitions_apply_only_where_the_engine_saw_the_breaker() {
 fn the_index_sets_polls_prunes_and_keeps_its_ttl() {
     let h = Harness::new();
     let s = settings();
-    let (m, n) = (merchant("m"), merchant("n"));
+    let n_id = beside("m");
+    let (m, n) = (merchant("m"), merchant(&n_id));
     let tripped = Tripped {
         open_until_ms: T0 + OPEN_FOR,
         calls: 20,
@@ -482,7 +499,7 @@ fn the_index_sets_polls_prunes_and_keeps_its_ttl() {
             .unwrap();
     });
     // The longest lifetime set: the override's 60 s.
-    let ttl = h.pttl(BREAKER_INDEX_KEY);
+    let ttl = h.pttl(&index_key("m"));
     assert!((59_000..=60_000).contains(&ttl), "{ttl}");
 
     let entries = h.poll(T0 + 10);
@@ -498,7 +515,7 @@ fn the_index_sets_polls_prunes_and_keeps_its_ttl() {
             },
             IndexEntry {
                 tenant: Tenant::DEFAULT,
-                merchant: "n".into(),
+                merchant: n_id.clone(),
                 connector: "b".into(),
                 tripped: None,
                 over: Some(OverrideUntil {
@@ -508,7 +525,7 @@ fn the_index_sets_polls_prunes_and_keeps_its_ttl() {
             },
         ]
     );
-    let ttl = h.pttl(BREAKER_INDEX_KEY);
+    let ttl = h.pttl(&index_key("m"));
     assert!((59_000..=59_990).contains(&ttl), "{ttl}");
 
     // Past n/b's override and a's HALF-OPEN: both pruned; a's override
@@ -518,9 +535,9 @@ fn the_index_sets_polls_prunes_and_keeps_its_ttl() {
     assert_eq!(entries.len(), 1);
     assert_eq!(entries[0].tripped, None);
     assert_eq!(entries[0].over, Some(over));
-    assert_eq!(h.strings(BREAKER_INDEX_KEY).len(), 1);
+    assert_eq!(h.strings(&index_key("m")).len(), 1);
     let left = over.until_ms - now;
-    let ttl = h.pttl(BREAKER_INDEX_KEY);
+    let ttl = h.pttl(&index_key("m"));
     assert!((left - 1_000..=left).contains(&ttl), "{ttl} vs {left}");
 
     // A trip alone keeps the index for min(T + 2W - now, cap), the cap
@@ -531,7 +548,7 @@ fn the_index_sets_polls_prunes_and_keeps_its_ttl() {
             .await
             .unwrap();
     });
-    assert!(h.strings(BREAKER_INDEX_KEY).is_empty());
+    assert!(h.strings(&index_key("m")).is_empty());
     let t = now + OPEN_FOR;
     let trip = Tripped {
         open_until_ms: t,
@@ -544,10 +561,10 @@ fn the_index_sets_polls_prunes_and_keeps_its_ttl() {
                 .index_trip(&Tenant::DEFAULT, &m, "c", trip, &s, deadline()),
         )
         .unwrap();
-    let ttl = h.pttl(BREAKER_INDEX_KEY);
+    let ttl = h.pttl(&index_key("m"));
     assert!((OPEN_FOR - 1_000..=OPEN_FOR).contains(&ttl), "{ttl}");
     assert_eq!(h.poll(t + HALF - 1_500).len(), 1);
-    let ttl = h.pttl(BREAKER_INDEX_KEY);
+    let ttl = h.pttl(&index_key("m"));
     assert!((1..=1_500).contains(&ttl), "{ttl}");
 
     // A close clears only its own trip.
@@ -725,7 +742,7 @@ fn every_key_the_breaker_writes_has_a_ttl_within_the_bounds() {
                 .set_override(&Tenant::DEFAULT, &m, "a", Some(over), T0, deadline()),
         )
         .unwrap();
-    let ttl = h.pttl(BREAKER_INDEX_KEY);
+    let ttl = h.pttl(&index_key("m"));
     assert!((3_599_000..=3_600_000).contains(&ttl), "{ttl}");
 }
 
@@ -779,12 +796,20 @@ fn a_tenants_breaker_is_its_own_and_every_key_it_writes_has_a_ttl() {
 
     let acme_counts = keys::breaker_counts_key(&acme, &m);
     let acme_open = keys::breaker_open_key(&acme, &m, "a");
-    assert_eq!(acme_counts, "sticky_brk_c{%Tacme_m}");
-    assert_eq!(acme_open, "sticky_brk_o{%Tacme_m}a");
+    let acme_index = keys::breaker_index_key(shard_of(&acme, &m));
+    let tag = shard_of(&acme, &m).tag();
+    assert_eq!(
+        acme_counts,
+        format!("sticky_brk_c{{{tag}}}%Tacme_m").as_str()
+    );
+    assert_eq!(
+        acme_open,
+        format!("sticky_brk_o{{{tag}}}%Tacme_m_a").as_str()
+    );
     let mut keys = h.breaker_keys();
     keys.sort();
     let mut expected = vec![
-        BREAKER_INDEX_KEY.to_owned(),
+        acme_index.as_str().to_owned(),
         counts_key("m"),
         acme_counts.as_str().to_owned(),
         acme_open.as_str().to_owned(),
@@ -793,7 +818,7 @@ fn a_tenants_breaker_is_its_own_and_every_key_it_writes_has_a_ttl() {
     assert_eq!(keys, expected);
     for key in &keys {
         let ttl = h.pttl(key);
-        let bound = if key == BREAKER_INDEX_KEY {
+        let bound = if key.starts_with("sticky_brk_i{") {
             60_000
         } else if key.starts_with("sticky_brk_o") {
             OPEN_FOR
@@ -845,7 +870,7 @@ fn a_tenants_breaker_is_its_own_and_every_key_it_writes_has_a_ttl() {
     // Past their lifetimes, the poll prunes a tenant's entries as it does
     // the default tenant's.
     assert!(h.poll(T0 + 60_000).is_empty());
-    assert!(h.strings(BREAKER_INDEX_KEY).is_empty());
+    assert!(h.strings(acme_index.as_str()).is_empty());
 }
 
 #[test]

@@ -34,7 +34,7 @@ impl Harness {
         c: &ExperimentCounts,
         retention: Duration,
     ) -> Result<(), StorageError> {
-        self.runtime.block_on(self.store.flush_experiment(
+        self.runtime.block_on(self.store.flush_experiment_day(
             &Tenant::DEFAULT,
             &merchant(m),
             day,
@@ -93,7 +93,8 @@ fn flushes_add_into_the_days_hash_with_the_retention_as_ttl() {
         .unwrap();
 
     let key = exp_key("m_1", DAY);
-    assert_eq!(key, "sticky_exp_m%5F1_20261202");
+    let tag = crate::domain::shards::shard_of(&Tenant::DEFAULT, &merchant("m_1")).tag();
+    assert_eq!(key, format!("sticky_exp_{{{tag}}}m%5F1_20261202"));
     let stored = h.hash(&key);
     let expected: HashMap<String, i64> = [("t:f:s", 7), ("t:o:f", 1), ("h:-:s", 2), ("s:f:f", 5)]
         .into_iter()
@@ -136,12 +137,16 @@ fn a_tenants_flush_writes_its_own_keys_with_the_retention_as_ttl() {
     h.runtime
         .block_on(
             h.store
-                .flush_experiment(&acme, &m, DAY, &theirs, RETENTION, deadline()),
+                .flush_experiment_day(&acme, &m, DAY, &theirs, RETENTION, deadline()),
         )
         .unwrap();
 
     let key = keys::experiment_key(&acme, &m, DAY);
-    assert_eq!(key, "sticky_exp_%Tacme_m%5F1_20261202");
+    let tag = crate::domain::shards::shard_of(&acme, &m).tag();
+    assert_eq!(
+        key,
+        format!("sticky_exp_{{{tag}}}%Tacme_m%5F1_20261202").as_str()
+    );
     let mut keys = h.experiment_keys();
     keys.sort();
     let mut expected = vec![exp_key("m_1", DAY), key.as_str().to_owned()];
@@ -213,7 +218,7 @@ fn flushes_and_reads_work_on_cluster() {
         for (n, day) in days.iter().enumerate() {
             let c = counts(&[("t:f:s", n as u64 + 1), ("h:-:f", 1)]);
             store
-                .flush_experiment(&Tenant::DEFAULT, &m, *day, &c, RETENTION, deadline())
+                .flush_experiment_day(&Tenant::DEFAULT, &m, *day, &c, RETENTION, deadline())
                 .await
                 .unwrap();
         }

@@ -1,7 +1,15 @@
-//! The breaker codec's pure parts: the index's values and GetConnectorHealth's
-//! rows from what Redis holds.
+//! The breaker codec's pure parts: the index's values, the flush's reply
+//! and GetConnectorHealth's rows from what Redis holds.
 
+use super::codec::{
+    flush_reply, index_entries, merchant_reply, override_value, parse_index_trip, parse_override,
+    parse_trip, trip_value,
+};
+use super::health::health_rows;
 use super::*;
+use crate::domain::breaker::Override;
+use crate::domain::keys::{index_override_field, index_trip_field};
+use crate::storage::error::NotApplied;
 
 fn settings() -> BreakerSettings {
     BreakerSettings {
@@ -35,6 +43,19 @@ fn index_values_read_back_as_written() {
 }
 
 #[test]
+fn a_trip_seen_half_open_reads_back_the_same() {
+    let tripped = Tripped {
+        open_until_ms: 5,
+        calls: 20,
+        failures: 10,
+    };
+    assert_eq!(parse_index_trip("5 20 10 h"), Some(tripped));
+    assert_eq!(parse_index_trip("5 20 10"), Some(tripped));
+    assert_eq!(parse_index_trip("5 20 10 x"), None);
+    assert_eq!(parse_trip("5 20 10 h"), None, "the counts hash never marks");
+}
+
+#[test]
 fn the_flush_reply_is_read_per_connector_and_odd_ones_are_errors() {
     let tally = |c: &str| ConnectorTally {
         connector: c.into(),
@@ -42,8 +63,11 @@ fn the_flush_reply_is_read_per_connector_and_odd_ones_are_errors() {
         probes: None,
     };
     let tallies = [tally("a"), tally("b")];
-    let reply = [1, 3, 1, 0, 0, 0, 0, 0, 0, 0, 500, 20, 10, 2, 1];
-    let snapshots = flush_reply(&reply, &tallies).unwrap();
+    // a: 3 calls, 1 failure in two ring slots; b: OPEN until 500.
+    let reply = [
+        1, 3, 1, 0, 0, 0, 0, 0, 2, 7, 2, 0, 8, 1, 1, 0, 0, 500, 20, 10, 2, 1, 0,
+    ];
+    let snapshots = merchant_reply(&reply, &tallies).unwrap();
     assert_eq!(
         snapshots[0].window,
         Counts {
@@ -52,6 +76,25 @@ fn the_flush_reply_is_read_per_connector_and_odd_ones_are_errors() {
         }
     );
     assert_eq!(snapshots[0].tripped, None);
+    assert_eq!(
+        snapshots[0].ring,
+        vec![
+            (
+                7,
+                Counts {
+                    calls: 2,
+                    failures: 0
+                }
+            ),
+            (
+                8,
+                Counts {
+                    calls: 1,
+                    failures: 1
+                }
+            )
+        ]
+    );
     assert_eq!(
         snapshots[1].tripped,
         Some(Tripped {
@@ -67,25 +110,80 @@ fn the_flush_reply_is_read_per_connector_and_odd_ones_are_errors() {
             failures: 1
         }
     );
+    assert!(snapshots[1].ring.is_empty());
     assert!(matches!(
-        flush_reply(&reply[..8], &tallies),
+        merchant_reply(&reply[..22], &tallies),
         Err(StorageError::Unexpected(_))
     ));
     assert!(matches!(
-        flush_reply(&[1, -3, 1, 0, 0, 0, 0, 0], &tallies[..1]),
+        merchant_reply(&[1, -3, 1, 0, 0, 0, 0, 0, 0], &tallies[..1]),
         Err(StorageError::Unexpected(_))
     ));
     assert!(matches!(
-        flush_reply(&[-1], &tallies),
+        merchant_reply(&[-1], &tallies),
         Err(StorageError::ForeignValue { .. })
     ));
     assert!(matches!(
-        flush_reply(&[-2], &tallies),
+        merchant_reply(&[-2], &tallies),
         Err(StorageError::Unavailable {
             why: NotApplied::Permission,
             ..
         })
     ));
+}
+
+#[test]
+fn a_shards_reply_has_each_merchants_answer_its_index_and_its_events() {
+    use fred::prelude::Value;
+    let m = MerchantId::parse("m").unwrap();
+    let merchants = [MerchantTallies {
+        tenant: Tenant::DEFAULT,
+        merchant: m.clone(),
+        tallies: vec![ConnectorTally {
+            connector: "a".into(),
+            buckets: vec![],
+            probes: None,
+        }],
+    }];
+    let numbers = |ns: &[i64]| Value::Array(ns.iter().map(|&n| Value::Integer(n)).collect());
+    let text = |t: &str| Value::from(t);
+    let field = index_trip_field(&Tenant::DEFAULT, &m, "a");
+    let reply = Value::Array(vec![
+        Value::Integer(1),
+        Value::Array(vec![numbers(&[1, 0, 0, 0, 0, 0, 0, 0, 0])]),
+        Value::Array(vec![text(&field), text("5 20 10 h")]),
+        Value::Array(vec![text(&field), text("5 20 10 h"), text("half_open")]),
+    ]);
+    let (snapshots, index, timed) = flush_reply(reply, &merchants).unwrap();
+    assert_eq!(snapshots.len(), 1);
+    assert!(snapshots[0].is_ok());
+    assert_eq!(index.len(), 1);
+    assert_eq!(index[0].tripped.map(|t| t.open_until_ms), Some(5));
+    assert_eq!(timed.len(), 1);
+    assert_eq!(timed[0].kind, TimeTransition::HalfOpen);
+    assert_eq!(
+        (timed[0].merchant.as_str(), timed[0].connector.as_str()),
+        ("m", "a")
+    );
+    // One merchant's error is that merchant's alone.
+    let reply = Value::Array(vec![
+        Value::Integer(1),
+        Value::Array(vec![numbers(&[-1])]),
+        Value::Array(vec![]),
+        Value::Array(vec![]),
+    ]);
+    let (snapshots, _, _) = flush_reply(reply, &merchants).unwrap();
+    assert!(matches!(
+        snapshots[0],
+        Err(StorageError::ForeignValue { .. })
+    ));
+    // A reply of another shape is an error.
+    let odd = Value::Array(vec![Value::Integer(1), Value::Array(vec![])]);
+    assert!(matches!(
+        flush_reply(odd, &merchants),
+        Err(StorageError::Unexpected(_))
+    ));
+    assert!(index_entries(vec![("junk".into(), "1 2 3".into())]).is_empty());
 }
 
 #[test]

@@ -1,0 +1,390 @@
+//! The breaker scripts' codec: the arguments of `breaker_flush.lua` and
+//! `breaker_transition.lua` (their headers say the layout) and their
+//! replies, and the values the counts hashes and the index keep.
+
+use fred::prelude::Value;
+
+use super::{
+    BreakerTransition, ConnectorSnapshot, ConnectorTally, IndexEntry, MerchantTallies,
+    TimeTransition, TimedTransition,
+};
+use crate::domain::breaker::{BreakerSettings, Counts, Override, OverrideUntil, Tripped};
+use crate::domain::keys::{IndexFieldKind, parse_index_field};
+use crate::storage::error::{NotApplied, StorageError};
+
+pub(super) fn decimal(n: impl Into<i64>) -> Value {
+    Value::from(n.into().to_string())
+}
+
+fn count(n: u64) -> Value {
+    Value::from(n.to_string())
+}
+
+fn len(n: usize) -> Value {
+    decimal(i64::try_from(n).unwrap_or(i64::MAX))
+}
+
+/// How long the index may keep a trip: max(2 × WINDOW, OPEN_FOR), the
+/// longest TTL the contract lets a breaker key have (overrides aside).
+pub(super) fn index_cap_ms(settings: &BreakerSettings) -> i64 {
+    settings.half_open_for_ms().max(settings.open_for_ms())
+}
+
+/// breaker_flush.lua's arguments.
+pub(super) fn flush_args(
+    merchants: &[MerchantTallies],
+    now_ms: i64,
+    s: &BreakerSettings,
+) -> Vec<Value> {
+    let mut args = vec![
+        decimal(now_ms),
+        decimal(s.window_ms()),
+        decimal(s.bucket_ms()),
+        decimal(s.ring_len()),
+        decimal(s.half_open_for_ms()),
+        decimal(index_cap_ms(s)),
+    ];
+    for merchant in merchants {
+        args.push(len(merchant.tallies.len()));
+        for tally in &merchant.tallies {
+            args.push(Value::from(tally.connector.as_str()));
+            args.push(len(tally.buckets.len()));
+            for (bucket, counts) in &tally.buckets {
+                args.extend([
+                    decimal(*bucket),
+                    count(counts.calls),
+                    count(counts.failures),
+                ]);
+            }
+            let (until, probes) = tally.probes.unwrap_or_default();
+            args.extend([decimal(until), count(probes.calls), count(probes.failures)]);
+        }
+    }
+    args
+}
+
+/// What one script call answered for a whole shard: per merchant, its
+/// snapshots or why it was left unwritten; the index's entries; the
+/// transitions time made that this poll saw first.
+pub(super) type FlushReply = (
+    Vec<Result<Vec<ConnectorSnapshot>, StorageError>>,
+    Vec<IndexEntry>,
+    Vec<TimedTransition>,
+);
+
+/// breaker_flush.lua's reply: `{1, merchants, kept, events}`.
+pub(super) fn flush_reply(
+    reply: Value,
+    merchants: &[MerchantTallies],
+) -> Result<FlushReply, StorageError> {
+    let odd = || StorageError::Unexpected("breaker_flush replied in a shape it never does".into());
+    let mut parts = reply.into_array().into_iter();
+    let (Some(status), Some(replies), Some(kept), Some(events), None) = (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) else {
+        return Err(odd());
+    };
+    match status.as_i64() {
+        Some(1) => {}
+        Some(-2) => return Err(no_pexpire()),
+        _ => return Err(odd()),
+    }
+    let replies = replies.into_array();
+    if replies.len() != merchants.len() {
+        return Err(odd());
+    }
+    let snapshots = replies
+        .into_iter()
+        .zip(merchants)
+        .map(|(reply, merchant)| {
+            merchant_reply(&numbers(reply).ok_or_else(odd)?, &merchant.tallies)
+        })
+        .collect();
+    Ok((
+        snapshots,
+        index_entries(pairs_of(kept.into_array())),
+        timed(events.into_array()),
+    ))
+}
+
+fn numbers(reply: Value) -> Option<Vec<i64>> {
+    reply.into_array().iter().map(Value::as_i64).collect()
+}
+
+/// One merchant's part of the reply: `{1, then per connector 8 numbers and
+/// its ring's triples}`, or its error.
+pub(super) fn merchant_reply(
+    reply: &[i64],
+    tallies: &[ConnectorTally],
+) -> Result<Vec<ConnectorSnapshot>, StorageError> {
+    match reply {
+        [-1] => return Err(foreign("the merchant's breaker counts")),
+        [-2] => return Err(no_pexpire()),
+        [1, rest @ ..] => {
+            let mut rest = rest;
+            let mut snapshots = Vec::with_capacity(tallies.len());
+            for tally in tallies {
+                let Some((snapshot, after)) = connector_snapshot(rest, tally) else {
+                    break;
+                };
+                snapshots.push(snapshot);
+                rest = after;
+            }
+            if snapshots.len() == tallies.len() && rest.is_empty() {
+                return Ok(snapshots);
+            }
+        }
+        _ => {}
+    }
+    Err(unexpected("breaker_flush", reply))
+}
+
+fn connector_snapshot<'a>(
+    reply: &'a [i64],
+    tally: &ConnectorTally,
+) -> Option<(ConnectorSnapshot, &'a [i64])> {
+    let (&[calls, failures, until, trip_calls, trip_failures, hc, hf, n], rest) =
+        reply.split_first_chunk::<8>()?;
+    let n = usize::try_from(n).ok()?;
+    let ring = rest.get(..n.checked_mul(3)?)?;
+    let ring = ring
+        .chunks_exact(3)
+        .map(|slot| Some((slot[0], counts_of(slot[1], slot[2])?)))
+        .collect::<Option<Vec<_>>>()?;
+    let snapshot = ConnectorSnapshot {
+        connector: tally.connector.clone(),
+        window: counts_of(calls, failures)?,
+        tripped: trip_of(until, trip_calls, trip_failures)?,
+        probes: counts_of(hc, hf)?,
+        ring,
+    };
+    Some((snapshot, &rest[n * 3..]))
+}
+
+/// The index's entries, one per (tenant, merchant, connector), in that
+/// order (the default tenant first); fields and values it cannot read are
+/// skipped.
+pub(super) fn index_entries(pairs: Vec<(String, String)>) -> Vec<IndexEntry> {
+    let mut merged: std::collections::BTreeMap<
+        (crate::domain::tenant::Tenant, String, String),
+        IndexEntry,
+    > = std::collections::BTreeMap::new();
+    for (field, value) in pairs {
+        let Some((kind, tenant, merchant, connector)) = parse_index_field(&field) else {
+            continue;
+        };
+        let entry = merged
+            .entry((
+                tenant.clone(),
+                merchant.as_str().to_owned(),
+                connector.clone(),
+            ))
+            .or_insert_with(|| IndexEntry {
+                tenant,
+                merchant: merchant.as_str().to_owned(),
+                connector,
+                tripped: None,
+                over: None,
+            });
+        match kind {
+            IndexFieldKind::Trip => entry.tripped = parse_index_trip(&value),
+            IndexFieldKind::Override => entry.over = parse_override(&value),
+        }
+    }
+    merged
+        .into_values()
+        .filter(|entry| entry.tripped.is_some() || entry.over.is_some())
+        .collect()
+}
+
+/// The poll's events: field, value, what.
+fn timed(flat: Vec<Value>) -> Vec<TimedTransition> {
+    let mut events = Vec::new();
+    let mut flat = flat.into_iter().filter_map(Value::into_string);
+    while let (Some(field), Some(value), Some(what)) = (flat.next(), flat.next(), flat.next()) {
+        let (Some((IndexFieldKind::Trip, tenant, merchant, connector)), Some(tripped)) =
+            (parse_index_field(&field), parse_index_trip(&value))
+        else {
+            continue;
+        };
+        let kind = match what.as_str() {
+            "half_open" => TimeTransition::HalfOpen,
+            "closed" => TimeTransition::Closed,
+            _ => continue,
+        };
+        events.push(TimedTransition {
+            tenant,
+            merchant,
+            connector,
+            tripped,
+            kind,
+        });
+    }
+    events
+}
+
+/// breaker_transition.lua's arguments after the common ones, for one
+/// transition: kind, connector, expected T, the index field.
+pub(super) fn transition_args(
+    transition: BreakerTransition,
+    connector: &str,
+    field: String,
+) -> [Value; 4] {
+    let (kind, expect) = match transition {
+        BreakerTransition::Trip => ("trip", 0),
+        BreakerTransition::Close { open_until_ms } => ("close", open_until_ms),
+        BreakerTransition::Reopen { open_until_ms } => ("reopen", open_until_ms),
+    };
+    [
+        Value::from(kind),
+        Value::from(connector),
+        decimal(expect),
+        Value::from(field),
+    ]
+}
+
+/// One transition's reply: the trip it made (Trip, Reopen) or the trip it
+/// closed, with no counts (Close); `None` when the breaker was not where
+/// the engine saw it, and nothing was written.
+pub(super) fn transition_reply(
+    reply: &[i64],
+    transition: BreakerTransition,
+) -> Result<Option<Tripped>, StorageError> {
+    let tripped = match (reply, transition) {
+        ([0], _) => return Ok(None),
+        ([-1], _) => return Err(foreign("the merchant's breaker counts")),
+        ([-2], _) => return Err(no_pexpire()),
+        ([1], BreakerTransition::Close { open_until_ms }) => Some(Tripped {
+            open_until_ms,
+            calls: 0,
+            failures: 0,
+        }),
+        (
+            &[1, until, calls, failures],
+            BreakerTransition::Trip | BreakerTransition::Reopen { .. },
+        ) => trip_of(until, calls, failures).flatten(),
+        _ => None,
+    };
+    match tripped {
+        Some(tripped) => Ok(Some(tripped)),
+        None => Err(unexpected("breaker_transition", reply)),
+    }
+}
+
+/// The transitions' replies, one per transition sent.
+pub(super) fn transition_replies(reply: Value, sent: usize) -> Result<Vec<Vec<i64>>, StorageError> {
+    let replies: Option<Vec<Vec<i64>>> = reply.into_array().into_iter().map(numbers).collect();
+    match replies {
+        Some(replies) if replies.len() == sent => Ok(replies),
+        _ => Err(StorageError::Unexpected(
+            "breaker_transition replied in a shape it never does".into(),
+        )),
+    }
+}
+
+pub(super) fn counts_of(calls: i64, failures: i64) -> Option<Counts> {
+    Some(Counts {
+        calls: u64::try_from(calls).ok()?,
+        failures: u64::try_from(failures).ok()?,
+    })
+}
+
+/// A trip from its three numbers: `Some(None)` for none (T = 0; times are
+/// Unix milliseconds, never 0), `None` for numbers no trip has.
+fn trip_of(until: i64, calls: i64, failures: i64) -> Option<Option<Tripped>> {
+    if until == 0 {
+        return Some(None);
+    }
+    let counts = counts_of(calls, failures)?;
+    Some(Some(Tripped {
+        open_until_ms: until,
+        calls: counts.calls,
+        failures: counts.failures,
+    }))
+}
+
+/// A trip as the counts hash and the index keep it: "T calls failures".
+#[cfg(test)]
+pub(super) fn trip_value(tripped: &Tripped) -> String {
+    format!(
+        "{} {} {}",
+        tripped.open_until_ms, tripped.calls, tripped.failures
+    )
+}
+
+pub(super) fn parse_trip(value: &str) -> Option<Tripped> {
+    let mut words = value.split(' ');
+    let tripped = Tripped {
+        open_until_ms: words.next()?.parse().ok()?,
+        calls: words.next()?.parse().ok()?,
+        failures: words.next()?.parse().ok()?,
+    };
+    words.next().is_none().then_some(tripped)
+}
+
+/// A trip as the index keeps it: "T calls failures", and " h" once a poll
+/// saw it HALF-OPEN.
+pub(super) fn parse_index_trip(value: &str) -> Option<Tripped> {
+    parse_trip(value.strip_suffix(" h").unwrap_or(value))
+}
+
+/// An override as the index keeps it: "<until_ms> open|closed" (the end
+/// first, so the poll reads every entry's end alike).
+pub(super) fn override_value(over: &OverrideUntil) -> String {
+    let kind = match over.kind {
+        Override::ForceOpen => "open",
+        Override::ForceClosed => "closed",
+    };
+    format!("{} {kind}", over.until_ms)
+}
+
+pub(super) fn parse_override(value: &str) -> Option<OverrideUntil> {
+    let (until, kind) = value.split_once(' ')?;
+    let kind = match kind {
+        "open" => Override::ForceOpen,
+        "closed" => Override::ForceClosed,
+        _ => return None,
+    };
+    Some(OverrideUntil {
+        kind,
+        until_ms: until.parse().ok()?,
+    })
+}
+
+/// A flat field/value list (HGETALL's, the poll's) as UTF-8 pairs; a pair
+/// that is not UTF-8 is none this service wrote, and is skipped.
+pub(super) fn pairs_of(flat: Vec<Value>) -> Vec<(String, String)> {
+    let mut pairs = Vec::with_capacity(flat.len() / 2);
+    let mut flat = flat.into_iter();
+    while let (Some(field), Some(value)) = (flat.next(), flat.next()) {
+        if let (Some(field), Some(value)) = (field.into_string(), value.into_string()) {
+            pairs.push((field, value));
+        }
+    }
+    pairs
+}
+
+pub(super) fn foreign(key_kind: &'static str) -> StorageError {
+    StorageError::ForeignValue {
+        key_kind,
+        detail: "a stored value is not one the breaker writes".into(),
+    }
+}
+
+/// A breaker script's refusal to make a key it could not give a TTL.
+pub(super) fn no_pexpire() -> StorageError {
+    StorageError::Unavailable {
+        why: NotApplied::Permission,
+        detail: "the Redis user may not run PEXPIRE on this key (needs +pexpire), so the \
+                 script created nothing"
+            .into(),
+    }
+}
+
+pub(super) fn unexpected(script: &str, reply: &[i64]) -> StorageError {
+    StorageError::Unexpected(format!("{script} replied {reply:?}"))
+}
