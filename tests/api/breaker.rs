@@ -623,6 +623,10 @@ async fn a_restarted_redis_is_picked_up_again() {
 #[tokio::test]
 async fn with_the_breakers_shard_down_pins_go_on_and_fail_open_after_open_for() {
     use fred::util::redis_keyslot;
+    use sticky_routing::domain::ids::MerchantId;
+    use sticky_routing::domain::keys::breaker_index_key;
+    use sticky_routing::domain::shards::shard_of;
+    use sticky_routing::domain::tenant::Tenant;
     use test_support::redis_cluster::owned_slots;
 
     let open_for = Duration::from_secs(3);
@@ -634,14 +638,14 @@ async fn with_the_breakers_shard_down_pins_go_on_and_fail_open_after_open_for() 
             .unwrap()
     };
     let primaries = app.redis.cluster().primaries();
-    // The breaker's keys: the index, and a merchant whose breaker (hash tag
-    // {merchant}) lives on the index's shard, so one shard holds them all
-    // (two frozen primaries of three would take the cluster down).
-    let down = owner(redis_keyslot(b"sticky_brk_i"), &primaries);
-    let merchant = (0..)
-        .map(|i| format!("m{i}"))
-        .find(|m| owner(redis_keyslot(m.as_bytes()), &primaries) == down)
-        .unwrap();
+    // The breaker's keys: its counts, OPEN keys and its shard's index, all
+    // in the slot of the merchant's shard's hash tag.
+    let merchant = "m0".to_owned();
+    let shard = shard_of(&Tenant::DEFAULT, &MerchantId::parse(&merchant).unwrap());
+    let down = owner(
+        redis_keyslot(breaker_index_key(shard).as_bytes()),
+        &primaries,
+    );
     let customer = (0..)
         .map(|i| format!("cust{i}"))
         .find(|c| {
@@ -722,7 +726,7 @@ async fn with_the_breakers_shard_down_pins_go_on_and_fail_open_after_open_for() 
     assert!(
         samples(&metrics, "sticky_routing_breaker_io_failures_total")
             .iter()
-            .any(|(labels, n)| labels.contains("poll") && *n >= 1.0),
+            .any(|(labels, n)| labels.contains("\"flush\"") && *n >= 1.0),
         "{metrics}"
     );
     for port in &frozen {

@@ -11,7 +11,7 @@ use std::process::Output;
 
 use rstest::rstest;
 use sticky_routing::domain::ids::MerchantId;
-use sticky_routing::domain::keys::experiment_key;
+use sticky_routing::domain::keys::{experiment_key, legacy_experiment_key};
 use sticky_routing::domain::tenant::Tenant;
 use test_support::redis_server::{EXPORT_PASSWORD, EXPORT_USER};
 
@@ -410,21 +410,17 @@ async fn report_counts_only_its_tenants_experiment() {
     let port = target.redis.data_ports()[0];
     let today = sticky_routing::experiment::days::today();
     let m1 = MerchantId::parse("m1").unwrap();
-    // Today's counts of m1 in three tenants, as the service writes them.
+    // Today's counts of m1 in three tenants, as the service writes them:
+    // the treated in today's layout, the holdout in the layout before the
+    // shards (kept until it expires), which the report reads too.
     for (tenant, treated, holdout) in [("", "5", "2"), ("acme", "7", "3"), ("Acme", "11", "4")] {
-        let key = experiment_key(&Tenant::parse(tenant).unwrap(), &m1, today);
+        let tenant = Tenant::parse(tenant).unwrap();
+        let key = experiment_key(&tenant, &m1, today);
+        redis_cli(port, &["HSET", key.as_str(), "t:f:s", treated]);
+        let legacy = legacy_experiment_key(&tenant, &m1, today);
         redis_cli(
             port,
-            &[
-                "HSET",
-                key.as_str(),
-                "t:f:s",
-                treated,
-                "h:-:s",
-                holdout,
-                "h:-:f",
-                "1",
-            ],
+            &["HSET", legacy.as_str(), "h:-:s", holdout, "h:-:f", "1"],
         );
     }
     let keys = redis_cli(port, &["KEYS", "sticky_exp_*"]);
@@ -432,6 +428,7 @@ async fn report_counts_only_its_tenants_experiment() {
         keys.contains(&format!("sticky_exp_%Tacme_m1_{today}")),
         "{keys}"
     );
+    assert!(keys.contains("sticky_exp_{"), "{keys}");
 
     let json_lines = |output: &Output| -> Vec<serde_json::Value> {
         assert_eq!(output.status.code(), Some(0), "{}", stderr(output));

@@ -407,8 +407,12 @@ async fn get_uplift_checks_its_request_and_counts_reach_redis_by_the_stop() {
     let mut app = app;
     app.stop().await.unwrap();
     let keys = app.keys().await;
+    let m1 = sticky_routing::domain::ids::MerchantId::parse("m1").unwrap();
     assert!(
-        keys.iter().any(|k| k.starts_with("sticky_exp_m1_")),
+        keys.iter().any(|k| {
+            sticky_routing::domain::keys::parse_experiment_key(k)
+                .is_some_and(|(tenant, merchant, _)| tenant.is_default() && merchant == m1)
+        }),
         "{keys:?}"
     );
 }
