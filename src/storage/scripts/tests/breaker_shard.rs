@@ -1,0 +1,234 @@
+//! The breaker's shard scripts on real Redis (issue 41): one call carries
+//! many merchants, a merchant's bad value leaves the others written, a
+//! transition writes its index entry in the same step, and the
+//! transitions time makes are reported once, by the one poll that sees
+//! them first.
+
+use std::time::Duration;
+
+use super::*;
+use crate::domain::breaker::{BreakerSettings, Counts, Tripped};
+use crate::domain::shards::{Shard, shard_of};
+use crate::storage::{
+    BreakerTransition, ConnectorTally, MerchantTallies, PlannedTransition, TimeTransition,
+};
+
+fn settings() -> BreakerSettings {
+    BreakerSettings {
+        window: Duration::from_secs(1),
+        open_for: Duration::from_secs(3),
+        ..BreakerSettings::DEFAULT
+    }
+}
+
+const OPEN_FOR: i64 = 3_000;
+const HALF: i64 = 2_000;
+const T0: i64 = 1_764_000_000_000;
+
+fn deadline() -> Instant {
+    Instant::now() + Duration::from_secs(5)
+}
+
+/// `n` merchants of `shard`, by id.
+fn merchants_of(shard: Shard, n: usize) -> Vec<MerchantId> {
+    (0..)
+        .map(|i| MerchantId::parse(&format!("m{i}")).unwrap())
+        .filter(|m| shard_of(&Tenant::DEFAULT, m) == shard)
+        .take(n)
+        .collect()
+}
+
+fn tally(merchant: &MerchantId, calls: u64, failures: u64) -> MerchantTallies {
+    let s = settings();
+    MerchantTallies {
+        tenant: Tenant::DEFAULT,
+        merchant: merchant.clone(),
+        tallies: vec![ConnectorTally {
+            connector: "a".into(),
+            buckets: vec![(s.bucket_of(T0), Counts { calls, failures })],
+            probes: None,
+        }],
+    }
+}
+
+#[test]
+fn one_call_carries_every_merchant_of_the_shard_and_a_bad_one_fails_alone() {
+    let h = Harness::new();
+    let s = settings();
+    let shard = Shard::all().nth(3).unwrap();
+    let ms = merchants_of(shard, 200);
+    // A value this service never writes, in the 8th merchant's hash.
+    let bad = keys::breaker_counts_key(&Tenant::DEFAULT, &ms[7]);
+    h.runtime
+        .block_on(h.inspect.hset::<(), _, _>(bad.as_str(), ("t:a", "junk")))
+        .unwrap();
+    let sent: Vec<MerchantTallies> = ms
+        .iter()
+        .enumerate()
+        .map(|(i, m)| tally(m, i as u64 + 1, 1))
+        .collect();
+    let before = h.metrics.render();
+    let tick = h
+        .runtime
+        .block_on(h.store.breaker_tick(shard, &sent, T0, &s, deadline()))
+        .unwrap();
+    let after = h.metrics.render();
+    assert_eq!(tick.merchants.len(), 200);
+    for (i, reply) in tick.merchants.iter().enumerate() {
+        if i == 7 {
+            assert!(
+                matches!(reply, Err(StorageError::ForeignValue { .. })),
+                "{reply:?}"
+            );
+            continue;
+        }
+        let snapshots = reply.as_ref().unwrap();
+        assert_eq!(
+            snapshots[0].window,
+            Counts {
+                calls: i as u64 + 1,
+                failures: 1
+            }
+        );
+        assert_eq!(snapshots[0].ring.len(), 1);
+        let key = keys::breaker_counts_key(&Tenant::DEFAULT, &ms[i]);
+        let ttl = h.pttl(key.as_str());
+        assert!(ttl > 0 && ttl <= HALF.max(OPEN_FOR), "{ttl}");
+    }
+    assert!(h.raw(bad.as_str()).len() == 1, "the bad hash is untouched");
+    // One script call for the 200 merchants.
+    let calls = |text: &str| {
+        text.lines()
+            .find(|l| {
+                l.starts_with("sticky_routing_redis_command_duration_seconds_count")
+                    && l.contains("command=\"breaker_flush\"")
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    assert_eq!(calls(&after) - calls(&before), 1, "{after}");
+}
+
+#[test]
+fn a_transition_writes_its_index_entry_in_the_same_step() {
+    let h = Harness::new();
+    let s = settings();
+    let shard = Shard::all().nth(5).unwrap();
+    let ms = merchants_of(shard, 2);
+    let sent = [tally(&ms[0], 20, 12), tally(&ms[1], 20, 15)];
+    h.runtime
+        .block_on(h.store.breaker_tick(shard, &sent, T0, &s, deadline()))
+        .unwrap();
+    let plan = |m: &MerchantId, transition| PlannedTransition {
+        tenant: Tenant::DEFAULT,
+        merchant: m.clone(),
+        connector: "a".into(),
+        transition,
+    };
+    let made = h
+        .runtime
+        .block_on(h.store.breaker_transitions(
+            shard,
+            &[
+                plan(&ms[0], BreakerTransition::Trip),
+                plan(&ms[1], BreakerTransition::Trip),
+            ],
+            T0,
+            &s,
+            deadline(),
+        ))
+        .unwrap();
+    let t = T0 + OPEN_FOR;
+    assert_eq!(
+        made.iter()
+            .map(|m| m.as_ref().unwrap().unwrap())
+            .collect::<Vec<_>>(),
+        [
+            Tripped {
+                open_until_ms: t,
+                calls: 20,
+                failures: 12
+            },
+            Tripped {
+                open_until_ms: t,
+                calls: 20,
+                failures: 15
+            },
+        ]
+    );
+    // No separate index write: the next poll reads both trips.
+    let index = keys::breaker_index_key(shard);
+    assert_eq!(h.raw(index.as_str()).len(), 2);
+    let tick = h
+        .runtime
+        .block_on(h.store.breaker_tick(shard, &[], T0 + 1, &s, deadline()))
+        .unwrap();
+    assert_eq!(tick.index.len(), 2);
+    let ttl = h.pttl(index.as_str());
+    assert!(ttl > OPEN_FOR - 1_000 && ttl <= HALF.max(OPEN_FOR), "{ttl}");
+    // A close takes its entry out in the same step; a stale one is refused.
+    let closed = h
+        .runtime
+        .block_on(h.store.breaker_transitions(
+            shard,
+            &[
+                plan(&ms[0], BreakerTransition::Close { open_until_ms: t }),
+                plan(
+                    &ms[1],
+                    BreakerTransition::Close {
+                        open_until_ms: t - 1,
+                    },
+                ),
+            ],
+            t + 10,
+            &s,
+            deadline(),
+        ))
+        .unwrap();
+    assert!(matches!(closed[0], Ok(Some(_))));
+    assert!(matches!(closed[1], Ok(None)));
+    let left: Vec<String> = h.raw(index.as_str()).into_keys().collect();
+    assert_eq!(left.len(), 1);
+    assert!(left[0].contains(ms[1].as_str()), "{left:?}");
+}
+
+#[test]
+fn the_transitions_time_makes_are_reported_once() {
+    let h = Harness::new();
+    let s = settings();
+    let shard = Shard::all().nth(9).unwrap();
+    let ms = merchants_of(shard, 1);
+    let tripped = Tripped {
+        open_until_ms: T0 + OPEN_FOR,
+        calls: 20,
+        failures: 12,
+    };
+    h.runtime
+        .block_on(
+            h.store
+                .index_trip(&Tenant::DEFAULT, &ms[0], "a", tripped, &s, deadline()),
+        )
+        .unwrap();
+    let poll = |now: i64| {
+        h.runtime
+            .block_on(h.store.breaker_tick(shard, &[], now, &s, deadline()))
+            .unwrap()
+    };
+    // Still OPEN: nothing.
+    assert!(poll(T0 + 1).timed.is_empty());
+    // OPEN ended: HALF-OPEN, reported to this poll and no later one.
+    let t = tripped.open_until_ms;
+    let tick = poll(t);
+    assert_eq!(tick.timed.len(), 1);
+    assert_eq!(tick.timed[0].kind, TimeTransition::HalfOpen);
+    assert_eq!(tick.timed[0].tripped, tripped);
+    assert_eq!(tick.index[0].tripped, Some(tripped), "the mark reads back");
+    assert!(poll(t + 1).timed.is_empty());
+    assert!(poll(t + HALF - 1).timed.is_empty());
+    // Undecided for 2 x WINDOW: CLOSED, reported once, and taken out.
+    let tick = poll(t + HALF);
+    assert_eq!(tick.timed.len(), 1);
+    assert_eq!(tick.timed[0].kind, TimeTransition::Closed);
+    assert!(tick.index.is_empty());
+    assert!(poll(t + HALF + 1).timed.is_empty());
+}
