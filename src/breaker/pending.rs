@@ -180,12 +180,11 @@ impl Pending {
                 None => {
                     if self.tracked.fetch_add(1, Ordering::Relaxed) >= self.max_tracked
                         && shard.tracked.len() > 1
+                        && let Some((_, old)) = shard.tracked.pop_lru()
                     {
-                        if let Some((_, old)) = shard.tracked.pop_lru() {
-                            self.tracked.fetch_sub(1, Ordering::Relaxed);
-                            if old.dirty {
-                                shard.evicted.push(old);
-                            }
+                        self.tracked.fetch_sub(1, Ordering::Relaxed);
+                        if old.dirty {
+                            shard.evicted.push(old);
                         }
                     }
                 }
@@ -250,13 +249,13 @@ fn group(mut tallies: Vec<(Tenant, MerchantId, ConnectorTally)>) -> Taken {
     let mut taken: Taken = (0..SHARDS).map(|_| Vec::new()).collect();
     let mut last: Option<Shard> = None;
     for (tenant, merchant, tally) in tallies {
-        if let Some(shard) = last {
-            if let Some(current) = taken[shard.index()].last_mut() {
-                if current.tenant == tenant && current.merchant == merchant {
-                    current.tallies.push(tally);
-                    continue;
-                }
-            }
+        if let Some(shard) = last
+            && let Some(current) = taken[shard.index()].last_mut()
+            && current.tenant == tenant
+            && current.merchant == merchant
+        {
+            current.tallies.push(tally);
+            continue;
         }
         let shard = shard_of(&tenant, &merchant);
         last = Some(shard);
