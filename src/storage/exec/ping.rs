@@ -9,7 +9,7 @@ use fred::interfaces::ClientLike;
 use super::super::error::{NotApplied, StorageError};
 use super::super::permissions::{PROBE_ARGS, Verdict};
 use super::super::scripts::Scripts;
-use super::super::topology::{Backend, Cluster, Node, NodeGuard};
+use super::super::topology::{Backend, Cluster, Lane, Node, NodeGuard};
 use super::{Call, Exec, timed};
 use crate::telemetry::{Metrics, RedisCommand};
 
@@ -18,12 +18,8 @@ impl Exec {
     /// the permission probe where it is due, each within the Redis timeout.
     pub async fn ping(&self, deadline: Instant) -> Result<(), StorageError> {
         match &self.backend {
-            Backend::Single {
-                pool,
-                in_flight,
-                guard,
-            } => {
-                let call = || self.call_on(pool, in_flight, deadline, false);
+            Backend::Single { lanes, guard } => {
+                let call = || self.call_on(lanes, Lane::Request, deadline, false);
                 node_ready(call, guard, &self.scripts, &self.metrics, deadline).await
             }
             Backend::Cluster(cluster) => self.ping_every_primary(cluster, deadline).await,
@@ -48,7 +44,7 @@ impl Exec {
         for node in nodes {
             let exec = self.clone();
             pings.spawn(async move {
-                let call = || exec.call_on(&node.pool, &node.in_flight, deadline, false);
+                let call = || exec.call_on(&node.lanes, Lane::Request, deadline, false);
                 node_ready(call, &node.guard, &exec.scripts, &exec.metrics, deadline)
                     .await
                     .map_err(|error| on_primary(&node, error))
