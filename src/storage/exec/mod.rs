@@ -47,7 +47,8 @@ pub(super) struct Exec {
 }
 
 /// A client with this call's options, what the call is, and its place
-/// among its lane's commands in flight (released when the call ends).
+/// among its lane's commands in flight (released when the call ends; the
+/// readiness check takes none).
 struct Call {
     client: WithOptions<Client>,
     kind: CallKind,
@@ -293,7 +294,8 @@ impl Exec {
     /// with no retry and no queueing behind a broken connection. A call
     /// whose deadline has passed is never sent; and one that times out while
     /// still queued is dropped by fred unsent. It takes one of the lane's
-    /// in-flight slots, or is refused at once when they are all taken.
+    /// in-flight slots, or is refused at once when they are all taken (the
+    /// readiness check takes none).
     fn call_on(
         &self,
         lanes: &Lanes,

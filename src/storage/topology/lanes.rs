@@ -8,7 +8,9 @@
 //! PING, which turned `sticky_routing.v1.StickyRouting` NOT_SERVING. Now a
 //! background call goes on its node's background connection, bounded by
 //! the background slots, and past them it is shed, never queued on a
-//! caller's connection or slot.
+//! caller's connection or slot. The readiness check takes no slot at all
+//! ([`Lane::Readiness`]): it asks whether Redis answers the request path,
+//! on the request path's connection, and a full queue alone never fails it.
 
 use std::sync::{Arc, Mutex};
 
@@ -34,6 +36,11 @@ pub(crate) enum Lane {
     /// Background work (the breakers' and experiments' flushes): the
     /// node's background connection, bounded by the background slots.
     Background,
+    /// The readiness check: the request pool's connection, with no slot,
+    /// so it says whether Redis answers the request path even while every
+    /// slot is taken. It is one PING (and at times one probe) per node per
+    /// check, so it needs no bound of its own.
+    Readiness,
 }
 
 /// A node's pools and their in-flight slots: one permit per command that
@@ -81,16 +88,17 @@ impl Lanes {
     /// The pool a call of `lane` goes on.
     pub(crate) fn pool(&self, lane: Lane) -> &Pool {
         match lane {
-            Lane::Request => &self.request,
+            Lane::Request | Lane::Readiness => &self.request,
             Lane::Background => &self.background,
         }
     }
 
-    /// The slots a call of `lane` takes one of.
+    /// The slots a call of `lane` takes one of; none for readiness.
     pub(crate) fn slots(&self, lane: Lane) -> Option<&Arc<Semaphore>> {
         match lane {
             Lane::Request => Some(&self.request_slots),
             Lane::Background => Some(&self.background_slots),
+            Lane::Readiness => None,
         }
     }
 
