@@ -84,6 +84,12 @@ impl RedisStore {
         })
     }
 
+    /// What runs the calls, for the storage layer's own tests.
+    #[cfg(test)]
+    pub(super) fn exec(&self) -> &Exec {
+        &self.exec
+    }
+
     /// Why the connections last failed, if they ever did.
     pub fn connection_problem(&self) -> Option<String> {
         self.connection_problem

@@ -371,6 +371,9 @@ fn moved_to(error: &Error) -> Option<&str> {
 }
 
 #[cfg(test)]
+mod isolation_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
