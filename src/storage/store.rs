@@ -16,7 +16,7 @@ mod experiment;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fred::interfaces::{ClientLike, HashesInterface, KeysInterface};
+use fred::interfaces::{HashesInterface, KeysInterface};
 use fred::prelude::{Error, Value};
 use fred::types::scripts::Script;
 use fred::util::redis_keyslot;
@@ -85,6 +85,12 @@ impl RedisStore {
         })
     }
 
+    /// What runs the calls, for the storage layer's own tests.
+    #[cfg(test)]
+    pub(super) fn exec(&self) -> &Exec {
+        &self.exec
+    }
+
     /// Why the connections last failed, if they ever did.
     pub fn connection_problem(&self) -> Option<String> {
         self.connection_problem
@@ -92,11 +98,12 @@ impl RedisStore {
             .map_or(None, |problem| problem.clone())
     }
 
-    /// Waits up to `within` for every pooled connection to come up (on
-    /// Cluster: for the slot table, and every primary's pool).
+    /// Waits up to `within` for every pooled connection, request and
+    /// background lanes alike, to come up (on Cluster: for the slot table,
+    /// and every primary's pools).
     pub async fn wait_connected(&self, within: Duration) -> bool {
         match &self.exec.backend {
-            Backend::Single { pool, .. } => tokio::time::timeout(within, pool.wait_for_connect())
+            Backend::Single { lanes, .. } => tokio::time::timeout(within, lanes.wait_connected())
                 .await
                 .is_ok_and(|r| r.is_ok()),
             Backend::Cluster(cluster) => tokio::time::timeout(within, cluster.wait_connected())

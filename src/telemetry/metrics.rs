@@ -49,6 +49,7 @@ pub const EXPORTED_METRICS: &[&str] = &[
     "sticky_routing_redis_command_duration_seconds",
     "sticky_routing_redis_errors_total",
     "sticky_routing_redis_up",
+    "sticky_routing_background_shed_total",
     "sticky_routing_noscript_fallbacks_total",
     "sticky_routing_breaker_vetoes_total",
     "sticky_routing_breaker_transitions_total",
@@ -173,6 +174,7 @@ pub struct Metrics {
     refused: Counter<u64>,
     redis_errors: Counter<u64>,
     noscript_fallbacks: Counter<u64>,
+    background_shed: Counter<u64>,
     admission_refusals: Counter<u64>,
     breaker_vetoes: Counter<u64>,
     /// `reason` labels, one per [`VetoReason`] at [`veto_index`]: built
@@ -242,6 +244,15 @@ impl Metrics {
                      restart, a failover, SCRIPT FLUSH) and that were sent again as EVAL, by \
                      script: record_success, record_failure, admit, permission_probe, \
                      breaker_flush, breaker_transition, breaker_index, experiment_flush",
+                )
+                .build(),
+            background_shed: meter
+                .u64_counter("sticky_routing_background_shed")
+                .with_description(
+                    "Background Redis calls (the breakers' and experiments' flushes) refused \
+                     unsent because every in-flight slot of their node's background lane was \
+                     taken, by command; they never take a caller's slot or connection, and \
+                     are not in redis_errors_total",
                 )
                 .build(),
             admission_refusals: meter
@@ -363,6 +374,13 @@ impl Metrics {
     pub fn noscript_fallback(&self, script: RedisCommand) {
         self.noscript_fallbacks
             .add(1, &[KeyValue::new("script", script.label())]);
+    }
+
+    /// A background call of `command` shed: its lane's slots were all
+    /// taken, and nothing was sent.
+    pub fn background_shed(&self, command: RedisCommand) {
+        self.background_shed
+            .add(1, &[KeyValue::new("command", command.label())]);
     }
 
     /// A new customer not admitted, and why.
@@ -679,6 +697,7 @@ mod tests {
         metrics.redis_command(RedisCommand::Ping, Duration::from_micros(80));
         metrics.redis_error("no_connection");
         metrics.noscript_fallback(RedisCommand::Admit);
+        metrics.background_shed(RedisCommand::BreakerFlush);
         metrics.admission_refused(AdmissionRefusal::Budget);
         metrics.breaker_veto(VetoReason::CircuitOpen);
         metrics.breaker_transition("closed", "open");
@@ -724,6 +743,7 @@ mod tests {
         metrics.redis_error("timeout");
         metrics.redis_error("timeout");
         metrics.noscript_fallback(RedisCommand::RecordSuccess);
+        metrics.background_shed(RedisCommand::ExperimentFlush);
         metrics.admission_refused(AdmissionRefusal::MemoryGuard);
         metrics.admission_refused(AdmissionRefusal::Budget);
         let text = metrics.render();
@@ -746,6 +766,7 @@ mod tests {
             "sticky_routing_redis_command_duration_seconds_bucket{command=\"admit\",le=\"0.5\"} 2",
             "sticky_routing_redis_errors_total{kind=\"timeout\"} 2",
             "sticky_routing_noscript_fallbacks_total{script=\"record_success\"} 1",
+            "sticky_routing_background_shed_total{command=\"experiment_flush\"} 1",
             "sticky_routing_admission_refusals_total{reason=\"memory_guard\"} 1",
             "sticky_routing_admission_refusals_total{reason=\"budget\"} 1",
         ] {

@@ -81,7 +81,8 @@ fn labels_of(family: &str) -> &'static [&'static str] {
         | "sticky_routing_admission_memory_used_bytes"
         | "sticky_routing_admission_memory_limit_bytes"
         | "sticky_routing_redis_up" => &["node"],
-        "sticky_routing_redis_command_duration_seconds" => &["command"],
+        "sticky_routing_redis_command_duration_seconds"
+        | "sticky_routing_background_shed_total" => &["command"],
         "sticky_routing_redis_errors_total" => &["kind"],
         "sticky_routing_noscript_fallbacks_total" => &["script"],
         "sticky_routing_breaker_transitions_total" => &["from", "to"],

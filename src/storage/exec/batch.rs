@@ -56,9 +56,9 @@ impl Exec {
         for (index, call) in calls.into_iter().enumerate() {
             let slot = redis_keyslot(call.key.as_bytes());
             let client = match &self.backend {
-                Backend::Single { pool, .. } => spread(pool.clients(), slot).cloned(),
+                Backend::Single { lanes, .. } => spread(lanes.request.clients(), slot).cloned(),
                 Backend::Cluster(cluster) => match cluster.route(slot) {
-                    Ok(node) => spread(node.pool.clients(), slot).cloned(),
+                    Ok(node) => spread(node.lanes.request.clients(), slot).cloned(),
                     Err(_) => {
                         cluster.refresh_soon();
                         outcomes[index] = Some(CallOutcome::NotRun);

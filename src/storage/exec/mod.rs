@@ -1,6 +1,8 @@
 //! Running calls: [`Exec`] sends each call to the node that holds its key,
-//! bounded by the caller's deadline and the node's in-flight limit, and
-//! reports it on `/metrics` (its time once it is handed to the client, by
+//! on the lane it belongs to (a caller's, or background work's: each has
+//! its own connections and in-flight limit, `topology/lanes.rs`), bounded
+//! by the caller's deadline and that lane's limit, and reports it on
+//! `/metrics` (its time once it is handed to the client, by
 //! what it is for, and its failure by kind, wherever it failed: a call
 //! refused before it is sent, by a full in-flight bound, a Sentinel fence
 //! or a missing permission, is a failure that took no Redis time, so it is
@@ -19,17 +21,17 @@ mod timing;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fred::clients::{Client, Pool, WithOptions};
+use fred::clients::{Client, WithOptions};
 use fred::interfaces::ClientLike;
 use fred::prelude::{Error, ErrorKind, Options};
 use fred::util::redis_keyslot;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument as _;
 
 use super::error::{CallKind, NotApplied, StorageError};
 use super::ops::{Op, Reply};
 use super::scripts::Scripts;
-use super::topology::{Backend, Cluster, NodeGuard, SentinelWatch};
+use super::topology::{Backend, Cluster, Lane, Lanes, NodeGuard, SentinelWatch};
 use crate::telemetry::{Metrics, RedisCommand};
 use timing::{Timed, timed};
 
@@ -45,11 +47,12 @@ pub(super) struct Exec {
 }
 
 /// A client with this call's options, what the call is, and its place
-/// among the commands in flight (released when the call ends).
+/// among its lane's commands in flight (released when the call ends; the
+/// readiness check takes none).
 struct Call {
     client: WithOptions<Client>,
     kind: CallKind,
-    _in_flight: OwnedSemaphorePermit,
+    _in_flight: Option<OwnedSemaphorePermit>,
 }
 
 impl Call {
@@ -94,13 +97,14 @@ impl Exec {
             .inspect_err(|error| self.note_refusal(key, error))
     }
 
-    /// Runs `op`, a call of `command`, with a client for `key` (see
-    /// [`Self::call_on`]), and reports it on `/metrics`: its time once it is
-    /// handed to the client, and its failure. On Cluster, a MOVED reply (the
-    /// command did not run) sends it once more, to the primary named, when
-    /// the slot table knows it; any failure there asks for a fresh slot
-    /// table. The two are timed as one call, the time the caller waited. On
-    /// a single node this is one call and nothing more.
+    /// Runs `op`, a call of `command` for a caller, with a client of the
+    /// request path for `key` (see [`Self::call_on`]), and reports it on
+    /// `/metrics`: its time once it is handed to the client, and its
+    /// failure. On Cluster, a MOVED reply (the command did not run) sends it
+    /// once more, to the primary named, when the slot table knows it; any
+    /// failure there asks for a fresh slot table. The two are timed as one
+    /// call, the time the caller waited. On a single node this is one call
+    /// and nothing more.
     pub async fn on_key<T, F, Fut>(
         &self,
         command: RedisCommand,
@@ -113,13 +117,56 @@ impl Exec {
         F: Fn(WithOptions<Client>) -> Fut,
         Fut: Future<Output = Result<T, Error>>,
     {
+        self.on_lane(Lane::Request, command, key, deadline, write, op)
+            .await
+    }
+
+    /// Runs `op`, a write of background work (a flush), as [`Self::on_key`]
+    /// runs a caller's, but on the background lane of `key`'s node: its own
+    /// connection and in-flight slots, never the request path's, so no
+    /// burst of it can refuse or delay a caller's call or the readiness
+    /// check. It is fenced during a Sentinel failover and refused unsent
+    /// where the permission probe found the user lacking, as every write
+    /// is. When the lane's slots are all taken it is shed at once, nothing
+    /// sent (`queue_full`), and counted in
+    /// `sticky_routing_background_shed_total` by `command`, not as a Redis
+    /// error: it is the background's own bound doing its work.
+    // Only the tests call it until the breakers' and experiments' flushes
+    // move onto it (issue 41, their redesign): then this line goes.
+    #[allow(dead_code)]
+    pub async fn on_key_background<T, F, Fut>(
+        &self,
+        command: RedisCommand,
+        key: &str,
+        deadline: Instant,
+        op: F,
+    ) -> Result<T, StorageError>
+    where
+        F: Fn(WithOptions<Client>) -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        self.check_fence()?;
+        self.on_lane(Lane::Background, command, key, deadline, true, op)
+            .await
+    }
+
+    /// [`Self::on_key`] on `lane`.
+    async fn on_lane<T, F, Fut>(
+        &self,
+        lane: Lane,
+        command: RedisCommand,
+        key: &str,
+        deadline: Instant,
+        write: bool,
+        op: F,
+    ) -> Result<T, StorageError>
+    where
+        F: Fn(WithOptions<Client>) -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
         let result = match &self.backend {
-            Backend::Single {
-                pool,
-                in_flight,
-                guard,
-            } => match permitted(guard, write)
-                .and_then(|()| self.call_on(pool, in_flight, deadline, write))
+            Backend::Single { lanes, guard } => match permitted(guard, write)
+                .and_then(|()| self.call_on(lanes, lane, deadline, write))
             {
                 Ok(call) => {
                     let timed = Timed::start(&self.metrics, command, deadline);
@@ -136,11 +183,23 @@ impl Exec {
             // them) would otherwise sit inline in every caller's future,
             // single node included, and be copied with it on every call.
             Backend::Cluster(cluster) => {
-                Box::pin(self.on_cluster_key(cluster, command, key, deadline, write, op)).await
+                Box::pin(self.on_cluster_key(cluster, lane, command, key, deadline, write, op))
+                    .await
             }
         };
         result.map_err(|error| {
             self.note_refusal(key, &error);
+            let shed = matches!(
+                error,
+                StorageError::Unavailable {
+                    why: NotApplied::QueueFull,
+                    ..
+                }
+            );
+            if shed && lane == Lane::Background {
+                self.metrics.background_shed(command);
+                return error;
+            }
             self.failed(error)
         })
     }
@@ -167,10 +226,12 @@ impl Exec {
         error
     }
 
-    /// [`Self::on_key`] on Cluster.
+    /// [`Self::on_lane`] on Cluster.
+    #[allow(clippy::too_many_arguments)]
     async fn on_cluster_key<T, F, Fut>(
         &self,
         cluster: &Cluster,
+        lane: Lane,
         command: RedisCommand,
         key: &str,
         deadline: Instant,
@@ -189,7 +250,7 @@ impl Exec {
             }
         })?;
         permitted(&node.guard, write)?;
-        let call = self.call_on(&node.pool, &node.in_flight, deadline, write)?;
+        let call = self.call_on(&node.lanes, lane, deadline, write)?;
         timed(&self.metrics, command, deadline, async {
             let (kind, permit) = (call.kind, call._in_flight);
             let error = match op(call.client).await {
@@ -201,7 +262,7 @@ impl Exec {
             match moved_to {
                 Some(heir) if heir.server != node.server => {
                     drop(permit);
-                    let again = self.call_on(&heir.pool, &heir.in_flight, deadline, write)?;
+                    let again = self.call_on(&heir.lanes, lane, deadline, write)?;
                     again.run(op).await
                 }
                 _ => Err(StorageError::from_redis(&error, kind)),
@@ -228,16 +289,17 @@ impl Exec {
         Ok(())
     }
 
-    /// A client of `pool` whose options bound this call by the command
-    /// timeout and the caller's deadline, whichever is sooner, with no retry
-    /// and no queueing behind a broken connection. A call whose deadline has
-    /// passed is never sent; and one that times out while still queued is
-    /// dropped by fred unsent. `in_flight` is `pool`'s bound on commands in
-    /// flight.
+    /// A client of `lanes`' pool for `lane` whose options bound this call by
+    /// the command timeout and the caller's deadline, whichever is sooner,
+    /// with no retry and no queueing behind a broken connection. A call
+    /// whose deadline has passed is never sent; and one that times out while
+    /// still queued is dropped by fred unsent. It takes one of the lane's
+    /// in-flight slots, or is refused at once when they are all taken (the
+    /// readiness check takes none).
     fn call_on(
         &self,
-        pool: &Pool,
-        in_flight: &Arc<Semaphore>,
+        lanes: &Lanes,
+        lane: Lane,
         deadline: Instant,
         write: bool,
     ) -> Result<Call, StorageError> {
@@ -245,14 +307,20 @@ impl Exec {
         if remaining.is_zero() {
             return Err(StorageError::DeadlineExceeded);
         }
-        let permit =
-            in_flight
-                .clone()
-                .try_acquire_owned()
-                .map_err(|_| StorageError::Unavailable {
+        let permit = match lanes.slots(lane) {
+            None => None,
+            Some(slots) => Some(slots.clone().try_acquire_owned().map_err(|_| {
+                StorageError::Unavailable {
                     why: NotApplied::QueueFull,
-                    detail: "every in-flight slot to Redis is taken".into(),
-                })?;
+                    detail: match lane {
+                        Lane::Background => "every background in-flight slot to Redis is taken",
+                        _ => "every in-flight slot to Redis is taken",
+                    }
+                    .into(),
+                }
+            })?),
+        };
+        let pool = lanes.pool(lane);
         let deadline_bound = remaining < self.command_timeout;
         let timeout = remaining.min(self.command_timeout);
         let options = Options {
@@ -301,6 +369,9 @@ fn moved_to(error: &Error) -> Option<&str> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod isolation_tests;
 
 #[cfg(test)]
 mod tests {

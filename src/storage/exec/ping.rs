@@ -1,6 +1,12 @@
 //! The readiness check: a PING, and the permission probe when it is due,
 //! to every node that holds data, at once, so a primary that is down, hung or refusing the
 //! service's user fails the check however many others answer.
+//!
+//! It asks whether Redis answers the request path: each call goes on the
+//! request path's connection, but takes none of its in-flight slots
+//! ([`Lane::Readiness`]), so a full queue alone (a burst of callers) never
+//! fails it, and the background lane, with its own connection and slots,
+//! never reaches it.
 
 use std::time::Instant;
 
@@ -9,7 +15,7 @@ use fred::interfaces::ClientLike;
 use super::super::error::{NotApplied, StorageError};
 use super::super::permissions::{PROBE_ARGS, Verdict};
 use super::super::scripts::Scripts;
-use super::super::topology::{Backend, Cluster, Node, NodeGuard};
+use super::super::topology::{Backend, Cluster, Lane, Node, NodeGuard};
 use super::{Call, Exec, timed};
 use crate::telemetry::{Metrics, RedisCommand};
 
@@ -18,12 +24,8 @@ impl Exec {
     /// the permission probe where it is due, each within the Redis timeout.
     pub async fn ping(&self, deadline: Instant) -> Result<(), StorageError> {
         match &self.backend {
-            Backend::Single {
-                pool,
-                in_flight,
-                guard,
-            } => {
-                let call = || self.call_on(pool, in_flight, deadline, false);
+            Backend::Single { lanes, guard } => {
+                let call = || self.call_on(lanes, Lane::Readiness, deadline, false);
                 node_ready(call, guard, &self.scripts, &self.metrics, deadline).await
             }
             Backend::Cluster(cluster) => self.ping_every_primary(cluster, deadline).await,
@@ -48,7 +50,7 @@ impl Exec {
         for node in nodes {
             let exec = self.clone();
             pings.spawn(async move {
-                let call = || exec.call_on(&node.pool, &node.in_flight, deadline, false);
+                let call = || exec.call_on(&node.lanes, Lane::Readiness, deadline, false);
                 node_ready(call, &node.guard, &exec.scripts, &exec.metrics, deadline)
                     .await
                     .map_err(|error| on_primary(&node, error))

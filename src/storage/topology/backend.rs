@@ -5,41 +5,35 @@
 use std::sync::{Arc, Mutex, Weak};
 
 use fred::clients::{Client, Pool};
-use fred::interfaces::ClientLike;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::super::error::ConnectError;
 use super::super::settings::RedisSettings;
 use super::cluster::Cluster;
-use super::connect::{client_config, first_host, in_flight_limit, start_pool};
+use super::connect::{client_config, first_host};
 use super::guard::NodeGuard;
+use super::lanes::Lanes;
 use super::sentinel_watch::SentinelWatch;
 use crate::domain::memory_guard::GuardReading;
 
 /// Where calls go.
 #[derive(Clone)]
 pub(in crate::storage) enum Backend {
-    /// One node, or the primary behind Sentinel: one fred pool, and nothing
-    /// between a call and it.
+    /// One node, or the primary behind Sentinel: its request and background
+    /// lanes (`lanes.rs`), and nothing between a call and them.
     Single {
-        pool: Pool,
-        /// One permit per command that may be in flight (queued, or sent and
-        /// awaiting its reply): `queue_limit` per connection. Past it a call
-        /// is refused at once, with nothing sent, instead of piling up behind
-        /// a slow or stalled Redis until its deadline.
-        in_flight: Arc<Semaphore>,
+        lanes: Lanes,
         /// The node's state as the background checks last found it.
         guard: Arc<NodeGuard>,
     },
-    /// Redis Cluster: a pool per primary, chosen by the key's slot, so that
-    /// one shard's failure stalls no other shard (see `cluster.rs`).
+    /// Redis Cluster: each primary's lanes, chosen by the key's slot, so
+    /// that one shard's failure stalls no other shard (see `cluster.rs`).
     Cluster(Arc<Cluster>),
 }
 
 impl Backend {
-    /// Builds the pools for `redis` and starts connecting in the
+    /// Builds the pools for `redis` (each node's two lanes) and starts connecting in the
     /// background: it does not wait for Redis. Connection errors are kept
     /// in `problem`; background tasks run on `tasks` until `stop`. Behind
     /// Sentinel, also the watch that follows failovers.
@@ -56,13 +50,14 @@ impl Backend {
             let cluster = Cluster::start(&config, redis, problem.clone(), tasks, stop);
             return Ok((Self::Cluster(cluster), None));
         }
-        let pool = start_pool(config.clone(), redis, problem, tasks, stop)
-            .map_err(ConnectError::Client)?;
-        let sentinel_watch = super::sentinel_watch::spawn(&config, pool.clone(), tasks, stop)
+        let lanes =
+            Lanes::start(&config, redis, problem, tasks, stop).map_err(ConnectError::Client)?;
+        // Both lanes follow a failover: a background write left on the old
+        // primary would be thrown away with it.
+        let sentinel_watch = super::sentinel_watch::spawn(&config, lanes.pools(), tasks, stop)
             .map_err(ConnectError::Sentinel)?;
         let single = Self::Single {
-            pool,
-            in_flight: in_flight_limit(redis),
+            lanes,
             guard: Arc::new(NodeGuard::new(&first_host(&config))),
         };
         Ok((single, sentinel_watch))
@@ -71,12 +66,12 @@ impl Backend {
     /// One connected client per primary known now.
     pub(in crate::storage) fn primary_clients(&self) -> Vec<Client> {
         match self {
-            Self::Single { pool, .. } => vec![pool.next_connected().clone()],
+            Self::Single { lanes, .. } => vec![lanes.request.next_connected().clone()],
             Self::Cluster(cluster) => cluster
                 .primaries()
                 .0
                 .iter()
-                .map(|node| node.pool.next_connected().clone())
+                .map(|node| node.lanes.request.next_connected().clone())
                 .collect(),
         }
     }
@@ -84,8 +79,8 @@ impl Backend {
     /// The twin that holds a Cluster's pools only weakly.
     pub(in crate::storage) fn downgrade(&self) -> WeakBackend {
         match self {
-            Self::Single { pool, guard, .. } => WeakBackend::Single {
-                pool: pool.clone(),
+            Self::Single { lanes, guard } => WeakBackend::Single {
+                pool: lanes.request.clone(),
                 guard: guard.clone(),
             },
             Self::Cluster(cluster) => WeakBackend::Cluster(Arc::downgrade(cluster)),
@@ -95,9 +90,7 @@ impl Backend {
     /// Closes every connection.
     pub(in crate::storage) async fn quit(&self) {
         match self {
-            Self::Single { pool, .. } => {
-                let _ = pool.quit().await;
-            }
+            Self::Single { lanes, .. } => lanes.quit().await,
             Self::Cluster(cluster) => cluster.quit().await,
         }
     }
@@ -106,7 +99,8 @@ impl Backend {
 /// What the background watchers see of a [`Backend`].
 #[derive(Clone)]
 pub(in crate::storage) enum WeakBackend {
-    /// One node, or the primary behind Sentinel, through the store's pool.
+    /// One node, or the primary behind Sentinel, through the store's
+    /// request pool.
     Single { pool: Pool, guard: Arc<NodeGuard> },
     /// Every primary in the slot table as it is at each look.
     Cluster(Weak<Cluster>),
@@ -126,7 +120,10 @@ impl WeakBackend {
                     .primaries()
                     .0
                     .iter()
-                    .map(|node| (node.pool.next_connected().clone(), node.guard.clone()))
+                    .map(|node| {
+                        let client = node.lanes.request.next_connected().clone();
+                        (client, node.guard.clone())
+                    })
                     .collect()
             }),
         }

@@ -13,9 +13,9 @@
 //! healthy shards go on (docs/operations.md, "Failover under load").
 //!
 //! Here the service keeps the slot table itself. Each primary gets its own
-//! centralized fred pool, with its own router tasks, reconnection and
-//! in-flight limit; a call is routed by its key's slot to the pool of the
-//! primary that owns it. A background task refreshes the table from
+//! centralized fred pools (its request and background lanes, `lanes.rs`),
+//! with their own router tasks, reconnection and in-flight limits; a call
+//! is routed by its key's slot to the primary that owns it. A background task refreshes the table from
 //! `CLUSTER SLOTS`: every [`SLOW_REFRESH`], every [`FAST_REFRESH`] while a
 //! primary is unreachable (to see its replica promoted at once), and soon
 //! after a call meets MOVED or a broken connection.
@@ -36,19 +36,20 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use fred::clients::{Client, Pool};
+use fred::clients::Client;
 use fred::interfaces::ClientLike;
 use fred::prelude::{Config, Error, ErrorKind, Options, Value};
 use fred::types::cluster::ClusterRouting;
 use fred::types::config::{Server, ServerConfig};
 use fred::types::{ClusterHash, CustomCommand};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::super::settings::RedisSettings;
-use super::connect::{discovery_client, in_flight_limit, spawn_until_stopped, start_pool};
+use super::connect::{discovery_client, spawn_until_stopped};
 use super::guard::NodeGuard;
+use super::lanes::Lanes;
 
 /// Redis Cluster's hash slots.
 const SLOTS: usize = 16_384;
@@ -61,12 +62,12 @@ const FAST_REFRESH: Duration = Duration::from_millis(100);
 /// The least time between two refreshes, however many calls ask for one.
 const MIN_REFRESH_GAP: Duration = Duration::from_millis(50);
 
-/// One primary: its pool, and its own bound on commands in flight, so that
-/// a hung shard's calls cannot take the places of the others'.
+/// One primary: its lanes (`lanes.rs`), each with its own bound on
+/// commands in flight, so that a hung shard's calls cannot take the places
+/// of the others'.
 pub(crate) struct Node {
     pub server: Server,
-    pub pool: Pool,
-    pub in_flight: Arc<Semaphore>,
+    pub lanes: Lanes,
     /// Whether this shard refuses new customers (the memory guard).
     pub guard: Arc<NodeGuard>,
 }
@@ -187,25 +188,22 @@ impl Cluster {
         (table.nodes.clone(), covered)
     }
 
-    /// Waits until a table is known and every primary's pool is connected.
+    /// Waits until a table is known and both lanes of every primary are
+    /// connected.
     pub(crate) async fn wait_connected(&self) {
         loop {
             let (nodes, covered) = self.primaries();
-            if covered
-                && nodes
-                    .iter()
-                    .all(|node| node.pool.clients().iter().all(ClientLike::is_connected))
-            {
+            if covered && nodes.iter().all(|node| node.lanes.all_connected()) {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
-    /// Closes every primary's pool.
+    /// Closes every primary's pools.
     pub(crate) async fn quit(&self) {
         for node in &self.table().nodes {
-            let _ = node.pool.quit().await;
+            node.lanes.quit().await;
         }
     }
 
@@ -236,9 +234,13 @@ impl Cluster {
     fn healthy(&self) -> bool {
         let (nodes, covered) = self.primaries();
         covered
-            && nodes
-                .iter()
-                .all(|node| node.pool.clients().iter().any(ClientLike::is_connected))
+            && nodes.iter().all(|node| {
+                node.lanes
+                    .request
+                    .clients()
+                    .iter()
+                    .any(ClientLike::is_connected)
+            })
     }
 
     /// `CLUSTER SLOTS` from whichever connected primary answers first (all
@@ -249,7 +251,7 @@ impl Cluster {
         let timeout = self.redis.command_timeout.max(Duration::from_secs(1));
         let mut asks = tokio::task::JoinSet::new();
         for node in &self.table().nodes {
-            let client = node.pool.next_connected();
+            let client = node.lanes.request.next_connected();
             if client.is_connected() {
                 let (client, server) = (client.clone(), node.server.clone());
                 asks.spawn(async move { cluster_slots(&client, &server, timeout).await });
@@ -358,19 +360,18 @@ impl Cluster {
         for node in gone {
             // Calls already on it finish first: QUIT queues behind them.
             self.tasks.spawn(async move {
-                let _ = node.pool.quit().await;
+                node.lanes.quit().await;
             });
         }
     }
 
-    /// A connected-in-the-background pool for one primary.
+    /// One primary's lanes, connecting in the background.
     fn start_node(&self, server: &Server) -> Result<Arc<Node>, Error> {
         let config = self.node_config(server);
-        let pool = start_pool(config, &self.redis, &self.problem, &self.tasks, &self.stop)?;
+        let lanes = Lanes::start(&config, &self.redis, &self.problem, &self.tasks, &self.stop)?;
         Ok(Arc::new(Node {
             server: server.clone(),
-            pool,
-            in_flight: in_flight_limit(&self.redis),
+            lanes,
             guard: Arc::new(NodeGuard::new(&server.to_string())),
         }))
     }

@@ -1,5 +1,6 @@
 //! Every fred client the storage layer makes, with its connection settings
-//! in one place: the service's pools, a Cluster seed's short-lived
+//! in one place: the service's pools (each node's request and background
+//! lanes, `lanes.rs`), a Cluster seed's short-lived
 //! discovery client, Sentinel's clients, and the export's scanning client.
 //!
 //! Each kind differs on purpose, and the reasons sit beside each: the
@@ -12,7 +13,6 @@ use std::time::Duration;
 use fred::clients::{Client, Pool};
 use fred::interfaces::EventInterface;
 use fred::prelude::{Builder, Config, Error, ReconnectPolicy};
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -49,17 +49,14 @@ pub(super) fn first_host(config: &Config) -> String {
         .map_or_else(|| "-".to_owned(), ToString::to_string)
 }
 
-/// `queue_limit` per connection of one pool.
-pub(super) fn in_flight_limit(redis: &RedisSettings) -> Arc<Semaphore> {
-    let limit = redis.queue_limit.saturating_mul(redis.pool_size);
-    Arc::new(Semaphore::new(limit.min(Semaphore::MAX_PERMITS)))
-}
-
-/// A service pool for `config`, connecting in the background; each
-/// connection's errors are reported to `problem` on `tasks` until `stop`.
+/// A service pool of `size` connections for `config`, connecting in the
+/// background; each connection's errors are reported to `problem` on
+/// `tasks` until `stop`. A node's request and background pools are both
+/// made here (`lanes.rs`), so they connect, reconnect and log in alike.
 pub(super) fn start_pool(
     config: Config,
     redis: &RedisSettings,
+    size: usize,
     problem: &Arc<Mutex<Option<String>>>,
     tasks: &TaskTracker,
     stop: &CancellationToken,
@@ -80,7 +77,7 @@ pub(super) fn start_pool(
         })
         .with_performance_config(|p| p.default_command_timeout = redis.command_timeout)
         .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
-        .build_pool(redis.pool_size)?;
+        .build_pool(size)?;
     for client in pool.clients() {
         let errors = report_connection_errors(client.error_rx(), problem.clone());
         spawn_until_stopped(tasks, stop, errors);

@@ -1,11 +1,13 @@
 //! The connections and what is known of each node: which Redis the calls
 //! go to ([`Backend`]: one node, the primary behind Sentinel, or a
-//! Cluster's primaries), every fred client the layer builds
+//! Cluster's primaries), each node's request and background lanes
+//! (`lanes.rs`), every fred client the layer builds
 //! (`connect.rs`), and the background work that keeps each node's state
 //! (`guard.rs`): the slot table, the Sentinel watch and the memory poll.
 //!
 //! Arrows inside: `backend` → `cluster`, `sentinel_watch`, `connect`,
-//! `guard`; `cluster` → `connect`, `guard`; `memory_watch` → `backend`;
+//! `guard`, `lanes`; `cluster` → `connect`, `guard`, `lanes`; `lanes` →
+//! `connect`; `memory_watch` → `backend`;
 //! `sentinel_watch` → `connect`; `guard` → `connect`. Nothing here runs a
 //! call for a caller: that is `exec/`.
 
@@ -13,6 +15,7 @@ mod backend;
 mod cluster;
 mod connect;
 mod guard;
+mod lanes;
 mod memory_watch;
 mod sentinel_watch;
 
@@ -20,5 +23,6 @@ pub(super) use backend::Backend;
 pub(super) use cluster::{Cluster, Node};
 pub(super) use connect::{scan_client, spawn_until_stopped};
 pub(super) use guard::NodeGuard;
+pub(super) use lanes::{Lane, Lanes};
 pub(super) use memory_watch::watch as watch_memory;
 pub(super) use sentinel_watch::SentinelWatch;

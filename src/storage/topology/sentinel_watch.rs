@@ -10,11 +10,14 @@
 //!
 //! Two things close that gap:
 //! - **Follow.** Every half second, and at once on Sentinel's
-//!   `+switch-master`, ask Sentinel for the primary; when the pool is
-//!   connected elsewhere, force a reconnection, which asks Sentinel again.
+//!   `+switch-master`, ask Sentinel for the primary; when a pool is
+//!   connected elsewhere, force its reconnection, which asks Sentinel again.
+//!   Both of the node's pools are followed (the request and background
+//!   lanes, `lanes.rs`): a background write left on the old primary would
+//!   be lost with it.
 //! - **Fence.** Sentinel announces `+failover-state-send-slaveof-noone` just
-//!   before it promotes a replica. From then until the pool is connected to
-//!   the new primary, writes are refused with UNAVAILABLE instead of being
+//!   before it promotes a replica. From then until every pool is connected
+//!   to the new primary, writes are refused with UNAVAILABLE instead of being
 //!   acknowledged by a primary whose writes are about to be discarded. Reads
 //!   go on. The fence falls by itself after [`FENCE_MAX`], should the
 //!   failover stall, and at once when Sentinel aborts it.
@@ -52,8 +55,8 @@ pub struct WriteFence {
     base: Instant,
     /// Milliseconds after `base` until which the fence is up; 0 when down.
     until_ms: AtomicU64,
-    /// Where the pool was connected when the fence went up: the fence falls
-    /// only once it is connected somewhere else.
+    /// Where the pools were connected when the fence went up: the fence
+    /// falls only once they are connected somewhere else.
     old_primary: Mutex<Vec<Server>>,
 }
 
@@ -115,11 +118,12 @@ impl SentinelWatch {
     }
 }
 
-/// Starts the watch when `config` points at Sentinel; `None` otherwise. Its
-/// tasks run on `tasks` until `stop` is cancelled.
+/// Starts the watch when `config` points at Sentinel; `None` otherwise. It
+/// follows every one of `pools` (all to the same primary). Its tasks run on
+/// `tasks` until `stop` is cancelled.
 pub fn spawn(
     config: &Config,
-    pool: Pool,
+    pools: Vec<Pool>,
     tasks: &TaskTracker,
     stop: &CancellationToken,
 ) -> Result<Option<SentinelWatch>, Error> {
@@ -155,7 +159,7 @@ pub fn spawn(
         let events = listen(
             events,
             service_name.clone(),
-            pool.clone(),
+            pools.clone(),
             fence.clone(),
             check_now.clone(),
         );
@@ -164,7 +168,7 @@ pub fn spawn(
     let follow = follow(
         queries.clone(),
         service_name.clone(),
-        pool,
+        pools,
         fence.clone(),
         check_now,
     );
@@ -177,11 +181,11 @@ pub fn spawn(
 }
 
 /// Asks Sentinel for the primary every `INTERVAL` (or when told to), moves
-/// the pool there, and lowers the fence once it is there.
+/// every pool there, and lowers the fence once they all are there.
 async fn follow(
     sentinels: Vec<Client>,
     service_name: String,
-    pool: Pool,
+    pools: Vec<Pool>,
     fence: Arc<WriteFence>,
     check_now: Arc<Notify>,
 ) {
@@ -194,25 +198,17 @@ async fn follow(
         let Some(primary) = ask(&sentinels, &service_name).await else {
             continue;
         };
-        let stale: Vec<String> = pool
-            .active_connections()
-            .iter()
-            .filter(|s| !same(s, &primary))
-            .map(ToString::to_string)
-            .collect();
-        if !stale.is_empty() {
-            tracing::warn!(
-                primary = %primary,
-                connected = ?stale,
-                "sentinel reports a new primary: reconnecting"
-            );
-            if let Err(error) = pool.force_reconnection().await {
-                tracing::warn!(%error, "could not reconnect to the new primary yet");
-                continue;
-            }
+        let mut moved = true;
+        for pool in &pools {
+            moved &= move_to(pool, &primary).await;
         }
-        let connected = pool.active_connections();
-        let on_primary = !connected.is_empty() && connected.iter().all(|s| same(s, &primary));
+        if !moved {
+            continue;
+        }
+        let on_primary = pools.iter().all(|pool| {
+            let connected = pool.active_connections();
+            !connected.is_empty() && connected.iter().all(|s| same(s, &primary))
+        });
         if fence.is_up() && on_primary && !fence.was_connected_to(&primary) {
             fence.lower();
             tracing::info!(primary = %primary, "connected to the new primary: writes resume");
@@ -220,11 +216,35 @@ async fn follow(
     }
 }
 
+/// Forces `pool` to reconnect when it is connected anywhere but to
+/// `primary`; false when it could not.
+async fn move_to(pool: &Pool, primary: &Server) -> bool {
+    let stale: Vec<String> = pool
+        .active_connections()
+        .iter()
+        .filter(|s| !same(s, primary))
+        .map(ToString::to_string)
+        .collect();
+    if stale.is_empty() {
+        return true;
+    }
+    tracing::warn!(
+        primary = %primary,
+        connected = ?stale,
+        "sentinel reports a new primary: reconnecting"
+    );
+    if let Err(error) = pool.force_reconnection().await {
+        tracing::warn!(%error, "could not reconnect to the new primary yet");
+        return false;
+    }
+    true
+}
+
 /// Listens to one sentinel's failover events for `service_name`.
 async fn listen(
     events: SubscriberClient,
     service_name: String,
-    pool: Pool,
+    pools: Vec<Pool>,
     fence: Arc<WriteFence>,
     check_now: Arc<Notify>,
 ) {
@@ -266,7 +286,7 @@ async fn listen(
         }
         match channel {
             PROMOTING if !fence.is_up() => {
-                fence.raise(pool.active_connections());
+                fence.raise(pools.iter().flat_map(Pool::active_connections).collect());
                 tracing::warn!(
                     "sentinel is promoting a replica: writes pause until the new primary is reached"
                 );
