@@ -31,7 +31,7 @@ use crate::domain::tenant::Tenant;
 use crate::process::unix_millis;
 use crate::storage::{
     BreakerTransition, ConnectorSnapshot, IndexEntry, MerchantTallies, PlannedTransition,
-    ShardTick, TimeTransition,
+    ShardTick, StorageError, TimeTransition,
 };
 
 /// How often tallies are flushed and the index is read.
@@ -81,7 +81,15 @@ pub(super) async fn tick(breakers: &Arc<Breakers>) {
             match answer {
                 Ok(answer) => Some((shard, act(&breakers, shard, &merchants, answer, now).await)),
                 Err(error) => {
-                    breakers.io_failed("flush", &error);
+                    if !error.is_shed() {
+                        breakers.io_failed("flush", &error);
+                    }
+                    // Nothing applied (shed on a full background lane, no
+                    // connection, a failover): the counts wait for the
+                    // next tick instead of being lost.
+                    if matches!(error, StorageError::Unavailable { .. }) {
+                        breakers.pending.put_back(merchants);
+                    }
                     None
                 }
             }
@@ -355,7 +363,7 @@ impl Seen {
 impl Breakers {
     /// Counts a failed breaker read or write, and logs it when Redis has
     /// not failed the breaker lately.
-    fn io_failed(&self, op: &'static str, error: &crate::storage::StorageError) {
+    fn io_failed(&self, op: &'static str, error: &StorageError) {
         self.metrics.breaker_io_failure(op);
         if self.failure_log.due() {
             tracing::warn!(

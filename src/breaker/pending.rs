@@ -94,6 +94,24 @@ impl Tally {
         counts.failures += u64::from(failed);
     }
 
+    /// Adds back counts a flush did not deliver: bucket by bucket, and
+    /// probes of the same HALF-OPEN (an older one's never carry over).
+    fn merge(&mut self, back: ConnectorTally) {
+        for (bucket, counts) in back.buckets {
+            match self.buckets.iter_mut().find(|(b, _)| *b == bucket) {
+                Some((_, into)) => add_counts(into, counts),
+                None => self.buckets.push((bucket, counts)),
+            }
+        }
+        if let Some((until, counts)) = back.probes {
+            match &mut self.probes {
+                Some((own, into)) if *own == until => add_counts(into, counts),
+                Some((own, _)) if *own > until => {}
+                probes => *probes = Some((until, counts)),
+            }
+        }
+    }
+
     /// The counts since the last flush, taken.
     fn take(&mut self) -> ConnectorTally {
         self.dirty = false;
@@ -200,6 +218,27 @@ impl Pending {
         }
     }
 
+    /// Puts back the tallies of a flush that applied nothing (shed on the
+    /// background lane, or refused unsent): the next flush carries them,
+    /// merged with the counts since, so a connector is never sent twice in
+    /// one flush. Each pair goes through the bound as a new call would.
+    pub fn put_back(&self, merchants: Vec<MerchantTallies>) {
+        for MerchantTallies {
+            tenant,
+            merchant,
+            tallies,
+        } in merchants
+        {
+            for tally in tallies {
+                // Connector ids in a tally were parsed on the way in.
+                let Ok(connector) = Connector::parse(&tally.connector) else {
+                    continue;
+                };
+                self.with_tally(&tenant, &merchant, &connector, |own| own.merge(tally));
+            }
+        }
+    }
+
     /// Takes every count since the last call, grouped by (tenant,
     /// merchant), each merchant in its Redis shard: one flush per shard.
     pub fn take(&self) -> Taken {
@@ -244,6 +283,11 @@ impl Pending {
 }
 
 /// Tallies grouped by (tenant, merchant), in their Redis shards.
+fn add_counts(into: &mut Counts, counts: Counts) {
+    into.calls = into.calls.saturating_add(counts.calls);
+    into.failures = into.failures.saturating_add(counts.failures);
+}
+
 fn group(mut tallies: Vec<(Tenant, MerchantId, ConnectorTally)>) -> Taken {
     tallies.sort_by(|a, b| (&a.0, a.1.as_str()).cmp(&(&b.0, b.1.as_str())));
     let mut taken: Taken = (0..SHARDS).map(|_| Vec::new()).collect();
@@ -327,6 +371,27 @@ mod tests {
         assert_eq!(taken.len(), 1);
         assert_eq!(taken[0].tallies[0].connector, "a");
         assert!(taken[0].tallies[0].buckets.is_empty());
+    }
+
+    #[test]
+    fn counts_put_back_are_merged_into_the_next_flush_once() {
+        let pending = Pending::new(100);
+        let (m1, a) = pair("m1", "a");
+        let d = &Tenant::DEFAULT;
+        pending.add(d, &m1, &a, CountInto::Bucket(7), true);
+        pending.add(d, &m1, &a, CountInto::Probe { open_until_ms: 5 }, true);
+        let shed = take(&pending);
+        pending.add(d, &m1, &a, CountInto::Bucket(7), false);
+        pending.add(d, &m1, &a, CountInto::Bucket(8), false);
+        pending.add(d, &m1, &a, CountInto::Probe { open_until_ms: 5 }, false);
+        pending.put_back(shed);
+        let taken = take(&pending);
+        assert_eq!(taken.len(), 1);
+        assert_eq!(taken[0].tallies.len(), 1, "one connector, sent once");
+        let tally = &taken[0].tallies[0];
+        assert_eq!(tally.buckets, vec![(7, counts(2, 1)), (8, counts(1, 0))]);
+        assert_eq!(tally.probes, Some((5, counts(2, 1))));
+        assert!(take(&pending).is_empty());
     }
 
     #[test]

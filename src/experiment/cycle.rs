@@ -96,7 +96,10 @@ pub(super) async fn flush(experiments: &Arc<Experiments>) {
                     for entry in &entries {
                         experiments.put_back_unwritten(entry, &error);
                     }
-                    experiments.io_failed("flush", &error);
+                    // A shed flush is counted as shed, not as a failure.
+                    if !error.is_shed() {
+                        experiments.io_failed("flush", &error);
+                    }
                 }
             }
         });

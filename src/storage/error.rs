@@ -227,6 +227,20 @@ impl StorageError {
 }
 
 impl StorageError {
+    /// Whether background work was shed unsent on a full background lane
+    /// (counted in `sticky_routing_background_shed_total`, not as a
+    /// failure). A caller's call refused `queue_full` is refused, not shed,
+    /// but only background work asks.
+    pub(crate) fn is_shed(&self) -> bool {
+        matches!(
+            self,
+            Self::Unavailable {
+                why: NotApplied::QueueFull,
+                ..
+            }
+        )
+    }
+
     /// Whether the service's Redis user lacked a permission for this call:
     /// refused unsent, by a script's own check, inside a script, or by
     /// Redis before running it.

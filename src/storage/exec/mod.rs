@@ -131,9 +131,6 @@ impl Exec {
     /// sent (`queue_full`), and counted in
     /// `sticky_routing_background_shed_total` by `command`, not as a Redis
     /// error: it is the background's own bound doing its work.
-    // Only the tests call it until the breakers' and experiments' flushes
-    // move onto it (issue 41, their redesign): then this line goes.
-    #[allow(dead_code)]
     pub async fn on_key_background<T, F, Fut>(
         &self,
         command: RedisCommand,

@@ -337,6 +337,7 @@ impl RedisStore {
     ) -> Result<R, StorageError> {
         self.exec.check_fence()?;
         let scripts = &*self.exec.scripts;
+        let lane = script;
         let script = match script {
             Script::Flush => &scripts.breaker_flush,
             Script::Transition => &scripts.breaker_transition,
@@ -344,11 +345,22 @@ impl RedisStore {
         };
         let metrics = &*self.exec.metrics;
         let route = keys.first().copied().unwrap_or_default();
-        self.exec
-            .on_key(script.command, route, deadline, true, |client| async move {
-                script.run_keys(&client, keys, args, metrics).await
-            })
-            .await
+        let run = |client| async move { script.run_keys(&client, keys, args, metrics).await };
+        match lane {
+            // A tick's flush and transitions are background work: their own
+            // lane, shed there (counted), never a caller's slot.
+            Script::Flush | Script::Transition => {
+                self.exec
+                    .on_key_background(script.command, route, deadline, run)
+                    .await
+            }
+            // An override answers a caller (SetConnectorOverride).
+            Script::Index => {
+                self.exec
+                    .on_key(script.command, route, deadline, true, run)
+                    .await
+            }
+        }
     }
 
     /// A script's decoded reply that is an error: a refusal for want of a

@@ -123,7 +123,7 @@ impl RedisStore {
         let route = key_list.first().copied().unwrap_or_default();
         let reply: Vec<i64> = self
             .exec
-            .on_key(script.command, route, deadline, true, |client| async move {
+            .on_key_background(script.command, route, deadline, |client| async move {
                 script.run_keys(&client, keys_ref, args, metrics).await
             })
             .await?;
