@@ -104,8 +104,8 @@ local function brk_kind_of(field)
 end
 
 -- The poll of the index at `now`: deletes the entries past their lifetime,
--- sets the TTL to the longest remaining one (a trip's min(T + half_ms -
--- now, cap_ms), an override's until_ms - now), and marks each trip seen
+-- sets the TTL a minute past the longest remaining one (a trip's
+-- min(T + half_ms - now, cap_ms), an override's until_ms - now), and marks each trip seen
 -- HALF-OPEN for the first time. Returns the entries left (flat: field,
 -- value, ...) and the transitions time made, each seen by exactly one poll
 -- (flat: field, value, what): 'half_open' for a trip whose OPEN ended,
@@ -148,7 +148,10 @@ local function brk_poll(index, now, half, cap)
   brk_chunked(expired, function(...) redis.call('HDEL', index, ...) end)
   brk_chunked(marks, function(...) redis.call('HSET', index, ...) end)
   if longest > 0 then
-    redis.call('PEXPIRE', index, string.format('%d', longest))
+    -- A minute past the last entry's end: the key must outlive its
+    -- entries, or it expires with the last one and the poll that would
+    -- have seen it end (and logged HALF-OPEN -> CLOSED) finds nothing.
+    redis.call('PEXPIRE', index, string.format('%d', longest + 60000))
   elseif #flat > 0 and redis.call('PTTL', index) == -1 then
     -- Only values it cannot read are left: they still get a TTL.
     redis.call('PEXPIRE', index, string.format('%d', cap))
@@ -156,9 +159,10 @@ local function brk_poll(index, now, half, cap)
   return kept, events
 end
 
--- After a write of a trip into the index: its TTL at least `lifetime`.
+-- After a write of a trip into the index: its TTL at least a minute past
+-- `lifetime` (the poll that sees the trip end needs the key).
 local function brk_index_keep(index, lifetime)
-  if redis.call('PTTL', index) < lifetime then
-    redis.call('PEXPIRE', index, brk_fmt(lifetime))
+  if redis.call('PTTL', index) < lifetime + 60000 then
+    redis.call('PEXPIRE', index, brk_fmt(lifetime + 60000))
   end
 end

@@ -733,3 +733,6 @@ async fn with_the_breakers_shard_down_pins_go_on_and_fail_open_after_open_for() 
         app.redis.cluster().node(*port).signal("-CONT");
     }
 }
+
+mod edges;
+mod platform;
