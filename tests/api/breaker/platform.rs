@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use rstest::rstest;
+use sticky_routing::domain::breaker::BreakerSettings;
 use sticky_routing::domain::keys::{EXPERIMENT_FIELDS, parse_experiment_key};
 use sticky_routing::transport::pb;
 
@@ -24,7 +25,10 @@ const SERVICE: &str = "sticky_routing.v1.StickyRouting";
 #[case::cluster(Topology::Cluster)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_thousand_merchants_fail_no_call_and_count_exactly(#[case] topology: Topology) {
-    let app = spawn_app_on(topology, |_| {}).await;
+    let app = spawn_app_on(topology, |s| {
+        s.breaker = Some(BreakerSettings::DEFAULT);
+    })
+    .await;
     app.wait_until_ready(true).await;
 
     // Readiness, polled all along.
