@@ -20,6 +20,7 @@
 pub mod cli;
 pub mod compare;
 pub mod cpu;
+pub mod health_watch;
 pub mod noop;
 pub mod otlp_sink;
 pub mod overload;
@@ -27,6 +28,7 @@ pub mod procs;
 pub mod redis_info;
 pub mod report;
 pub mod run;
+pub mod service_metrics;
 pub mod target;
 pub mod workload;
 
