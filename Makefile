@@ -1,5 +1,5 @@
 # The README's two commands: `make run` and `make test`.
-.PHONY: run test test-valkey lint ci bench bench-import bench-replay bench-tracing fuzz check-deploy deny loadtest
+.PHONY: run test test-valkey lint ci bench bench-platform bench-import bench-replay bench-tracing fuzz check-deploy deny loadtest
 
 # The service against a local redis-server that it starts itself.
 run:
@@ -64,9 +64,12 @@ ci: lint test test-valkey check-deploy deny
 # prints a markdown table (bench/README.md explains it): req/s, latency, and
 # the CPU per call of the service, the no-op floor and Redis, from /proc. The service is built
 # on its own first, exactly as shipped; the bench kit is a second build.
+# Then the platform study (issue 41, `bench-platform` below). `make bench
+# QUICK=1` runs the short version of both.
 # `make bench OVERLOAD=1` runs the overload study instead: the service on
-# CPU 0, the load and Redis on the other CPUs. BENCH_ARGS adds flags
-# (`sticky-bench --help`).
+# CPU 0, the load and Redis on the other CPUs. BENCH_ARGS adds flags to the
+# comparison, PLATFORM_ARGS to the platform study (`sticky-bench --help`).
+BENCH_QUICK = $(if $(QUICK),--quick)
 bench:
 	scripts/ensure-redis.sh
 	cargo build --release --locked
@@ -78,8 +81,21 @@ ifdef OVERLOAD
 	  set -x; target/release/sticky-bench --overload $(BENCH_ARGS); \
 	fi
 else
-	target/release/sticky-bench $(BENCH_ARGS)
+	target/release/sticky-bench $(BENCH_QUICK) $(BENCH_ARGS)
+	target/release/sticky-bench --platform $(BENCH_QUICK) $(PLATFORM_ARGS)
 endif
+
+# The platform study alone (bench/README.md, "Platform scale"): RecordOutcome
+# at 10 and at 100,000 merchants over 10 tenants, breaker on and
+# pin_connector sent, against 100,000 with the breaker off and no
+# pin_connector; errors, p99, CPU per call, the service's Redis calls on the
+# request path and in the background, its API health through each run, and
+# issue 41's targets. QUICK=1 and PLATFORM_ARGS as for `bench`.
+bench-platform:
+	scripts/ensure-redis.sh
+	cargo build --release --locked
+	cargo build --release --locked -p sticky-bench
+	target/release/sticky-bench --platform $(BENCH_QUICK) $(PLATFORM_ARGS)
 
 # What tracing costs: service CPU per call with no OTLP endpoint, with one
 # and nothing sampled, and with one in ten traces kept; `sticky-bench

@@ -34,6 +34,15 @@ pub struct WorkloadArgs {
     /// attempt already sent, as an orchestrator does after a lost answer.
     #[arg(long, default_value_t = 0.1)]
     pub retry_ratio: f64,
+    /// RecordOutcome calls carry `pin_connector` (their own connector, as
+    /// if GetPin pinned it), so the service's experiment counts run.
+    #[arg(long)]
+    pub pin_connector: bool,
+    /// Spread the merchants over this many tenants, sent as `x-tenant-id`
+    /// (merchant m belongs to `tenant_{m mod N}`); 0 sends no header. The
+    /// service must allow them (STICKY_ROUTING_TENANTS).
+    #[arg(long, default_value_t = 0)]
+    pub tenants: u64,
 }
 
 impl WorkloadArgs {
@@ -44,6 +53,8 @@ impl WorkloadArgs {
             failure_ratio: self.failure_ratio.clamp(0.0, 1.0),
             attempt_ids: self.attempt_ids,
             retry_ratio: self.retry_ratio.clamp(0.0, 1.0),
+            pin_connector: self.pin_connector,
+            tenants: self.tenants,
             keys: KeySpace {
                 merchants: self.merchants,
                 customers: self.customers,

@@ -16,17 +16,25 @@
 //! `INFO` figures that show round trips per call. [`overload`] is the other
 //! study: the service offered up to five times its capacity. [`otlp_sink`]
 //! receives the service's spans when tracing's cost is measured.
+//! [`platform`] is issue 41's study: RecordOutcome at a platform's count of
+//! merchants and tenants against the same load with the breaker off, with
+//! the service's Redis calls split by [`service_metrics`] and its health
+//! polled by [`health_watch`].
 
 pub mod cli;
 pub mod compare;
 pub mod cpu;
+pub mod health_watch;
 pub mod noop;
 pub mod otlp_sink;
 pub mod overload;
+pub mod platform;
+pub mod platform_report;
 pub mod procs;
 pub mod redis_info;
 pub mod report;
 pub mod run;
+pub mod service_metrics;
 pub mod target;
 pub mod workload;
 

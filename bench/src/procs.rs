@@ -18,10 +18,16 @@ use tonic_health::pb::health_client::HealthClient;
 use crate::BoxError;
 use crate::redis_info::RedisProbe;
 
+/// The gRPC health service name of the service's API, whose status says
+/// whether Redis answers the request path.
+pub const API_SERVICE: &str = "sticky_routing.v1.StickyRouting";
+
 /// A child process, killed on drop.
 pub struct Proc {
     pub child: Child,
     pub addr: SocketAddr,
+    /// The service's `/metrics` listener; `None` for the other processes.
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 impl Proc {
@@ -99,7 +105,11 @@ pub async fn start_redis_on(
     loop {
         if let Ok(probe) = RedisProbe::connect(&url).await {
             probe.quit().await;
-            return Ok(Proc { child, addr });
+            return Ok(Proc {
+                child,
+                addr,
+                metrics_addr: None,
+            });
         }
         if started.elapsed() > Duration::from_secs(10) {
             return Err(format!("redis-server did not answer on {addr}").into());
@@ -133,9 +143,10 @@ pub async fn start_service_on(
         Some(path) => path.to_path_buf(),
         None => sibling("sticky-routing")?,
     };
+    let metrics_addr = free_addr()?;
     let child = command(binary, cpus)
         .env("STICKY_ROUTING_LISTEN_ADDR", addr.to_string())
-        .env("STICKY_ROUTING_METRICS_ADDR", free_addr()?.to_string())
+        .env("STICKY_ROUTING_METRICS_ADDR", metrics_addr.to_string())
         // No fixed port that a second run could collide on.
         .env("STICKY_ROUTING_HEALTH_LISTEN_ADDR", "off")
         .env("STICKY_ROUTING_REDIS_URL", redis_url)
@@ -145,8 +156,12 @@ pub async fn start_service_on(
         .stderr(log)
         .kill_on_drop(true)
         .spawn()?;
-    wait_serving(addr, "sticky_routing.v1.StickyRouting").await?;
-    Ok(Proc { child, addr })
+    wait_serving(addr, API_SERVICE).await?;
+    Ok(Proc {
+        child,
+        addr,
+        metrics_addr: Some(metrics_addr),
+    })
 }
 
 /// Starts `sticky-noop` with the service's worker thread count and reads
@@ -161,7 +176,11 @@ pub async fn start_noop(worker_threads: usize) -> Result<Proc, BoxError> {
     let mut line = String::new();
     BufReader::new(stdout).read_line(&mut line).await?;
     let addr: SocketAddr = line.trim().parse()?;
-    Ok(Proc { child, addr })
+    Ok(Proc {
+        child,
+        addr,
+        metrics_addr: None,
+    })
 }
 
 async fn wait_serving(addr: SocketAddr, service: &str) -> Result<(), BoxError> {

@@ -16,7 +16,7 @@ use sticky_routing::domain::keys;
 use sticky_routing::domain::tenant::Tenant;
 
 use crate::BoxError;
-use crate::workload::{combo_parts, customer_id};
+use crate::workload::{combo_parts, customer_id, merchant_id, merchant_of, tenant_of};
 
 /// The commands a client of Redis sends for these calls. `INFO
 /// commandstats` also counts the commands a script runs inside Redis
@@ -111,7 +111,7 @@ impl RedisProbe {
 
     /// Writes `customers` hashes of `combos` fields each, with a TTL, in the
     /// service's key and field encoding; returns `used_memory` growth per
-    /// customer. Pipelined, 1000 customers a batch.
+    /// customer.
     pub async fn bytes_per_customer(
         &self,
         customers: u64,
@@ -120,15 +120,40 @@ impl RedisProbe {
     ) -> Result<f64, BoxError> {
         self.flush().await?;
         let before = self.snapshot().await?.used_memory;
+        self.write_customers(customers, combos, merchants, 0)
+            .await?;
+        let after = self.snapshot().await?.used_memory;
+        self.flush().await?;
+        Ok(per(after.saturating_sub(before), customers))
+    }
+
+    /// Writes customers 1 to `customers`, each with all `combos` at a count
+    /// of 3 and a 90-day TTL, in the service's key and field encoding, for
+    /// the merchant and tenant the generator sends them with
+    /// ([`merchant_of`], [`tenant_of`]): a key space every RecordOutcome then
+    /// finds, without a call through the service. Pipelined, 1000
+    /// customers a batch.
+    pub async fn write_customers(
+        &self,
+        customers: u64,
+        combos: u64,
+        merchants: u64,
+        tenants: u64,
+    ) -> Result<(), BoxError> {
         let fields: Vec<String> = (0..combos).map(combo_field).collect::<Result<_, _>>()?;
         let mut customer = 0;
         while customer < customers {
             let pipeline = self.client.pipeline();
             for _ in 0..1000.min(customers - customer) {
                 customer += 1;
-                let merchant = MerchantId::parse(&format!("merchant_{:04}", customer % merchants))?;
+                let merchant = merchant_of(customer, merchants);
+                let tenant = match tenant_of(merchant, tenants) {
+                    Some(name) => Tenant::parse(&name)?,
+                    None => Tenant::DEFAULT,
+                };
+                let merchant = MerchantId::parse(&merchant_id(merchant))?;
                 let customer_id = CustomerId::parse(&customer_id(customer))?;
-                let key = keys::customer_key(&Tenant::DEFAULT, &merchant, &customer_id);
+                let key = keys::customer_key(&tenant, &merchant, &customer_id);
                 let values: Vec<(&str, i64)> = fields.iter().map(|f| (f.as_str(), 3)).collect();
                 pipeline.hset::<(), _, _>(key.as_str(), values).await?;
                 pipeline
@@ -137,9 +162,7 @@ impl RedisProbe {
             }
             pipeline.all::<()>().await?;
         }
-        let after = self.snapshot().await?.used_memory;
-        self.flush().await?;
-        Ok(per(after.saturating_sub(before), customers))
+        Ok(())
     }
 
     pub async fn quit(&self) {

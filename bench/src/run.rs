@@ -20,7 +20,7 @@ use tonic::Code;
 
 use crate::BoxError;
 use crate::target::Target;
-use crate::workload::{Call, Generator};
+use crate::workload::Generator;
 
 /// When a run ends.
 #[derive(Debug, Clone, Copy)]
@@ -273,7 +273,7 @@ pub async fn fill(
                     break;
                 }
                 let (customer, combo) = (1 + n / keys.combos, n % keys.combos);
-                let call = Call::Record(generator.record(customer, combo, false));
+                let call = generator.record_call(customer, combo);
                 let sent = Instant::now();
                 let code = worker.send(call).await;
                 record(&mut latency, sent.elapsed());

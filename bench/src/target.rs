@@ -17,7 +17,7 @@ use sticky_routing::domain::ids::{
     Connector, CustomerId, MerchantId, PaymentMethod, PaymentMethodType,
 };
 use sticky_routing::domain::keys;
-use sticky_routing::domain::tenant::Tenant;
+use sticky_routing::domain::tenant::{TENANT_HEADER, Tenant};
 use sticky_routing::record::{RecordCommand, record_outcome};
 use sticky_routing::storage::{RedisSettings, RedisStore};
 use sticky_routing::telemetry::Metrics;
@@ -150,24 +150,36 @@ impl Worker {
         match self {
             Worker::Grpc { client, timeout } => {
                 let result = match call {
-                    Call::Record(req) => client
-                        .record_outcome(with_timeout(req, *timeout))
-                        .await
-                        .map(drop),
-                    Call::Pin(req) => client.get_pin(with_timeout(req, *timeout)).await.map(drop),
+                    Call::Record(req, tenant) => match request(req, *timeout, tenant) {
+                        Ok(req) => client.record_outcome(req).await.map(drop),
+                        Err(code) => return code,
+                    },
+                    Call::Pin(req, tenant) => match request(req, *timeout, tenant) {
+                        Ok(req) => client.get_pin(req).await.map(drop),
+                        Err(code) => return code,
+                    },
                 };
                 result.err().map_or(Code::Ok, |status| status.code())
             }
             Worker::Store(floor) => {
                 let deadline = Instant::now() + floor.timeout;
                 let ok = match call {
-                    Call::Record(req) if floor.write == StoreWrite::Multi => {
-                        multi_success(&floor.raw, &req, floor.ttl_secs).await
+                    Call::Record(req, tenant) if floor.write == StoreWrite::Multi => {
+                        multi_success(&floor.raw, &req, tenant.as_deref(), floor.ttl_secs).await
                     }
-                    Call::Record(req) => {
-                        store_record(&floor.store, &floor.rules, &req, deadline).await
+                    Call::Record(req, tenant) => {
+                        store_record(
+                            &floor.store,
+                            &floor.rules,
+                            &req,
+                            tenant.as_deref(),
+                            deadline,
+                        )
+                        .await
                     }
-                    Call::Pin(req) => store_pin(&floor.store, &req, deadline).await,
+                    Call::Pin(req, tenant) => {
+                        store_pin(&floor.store, &req, tenant.as_deref(), deadline).await
+                    }
                 };
                 if ok { Code::Ok } else { Code::Unavailable }
             }
@@ -175,19 +187,38 @@ impl Worker {
     }
 }
 
-fn with_timeout<T>(message: T, timeout: Duration) -> tonic::Request<T> {
+/// `message` with its deadline and, when it has one, its tenant's
+/// `x-tenant-id`; a tenant no header can carry is the client's own error,
+/// counted as INVALID_ARGUMENT without a call.
+fn request<T>(
+    message: T,
+    timeout: Duration,
+    tenant: Option<String>,
+) -> Result<tonic::Request<T>, Code> {
     let mut request = tonic::Request::new(message);
     request.set_timeout(timeout);
-    request
+    if let Some(tenant) = tenant {
+        let value = tenant.parse().map_err(|_| Code::InvalidArgument)?;
+        request.metadata_mut().insert(TENANT_HEADER, value);
+    }
+    Ok(request)
+}
+
+/// The storage floor's tenant: the default one without a name.
+fn floor_tenant(tenant: Option<&str>) -> Option<Tenant> {
+    tenant.map_or(Some(Tenant::DEFAULT), |t| Tenant::parse(t).ok())
 }
 
 async fn store_record(
     store: &RedisStore,
     rules: &Rules,
     req: &RecordOutcomeRequest,
+    tenant: Option<&str>,
     deadline: Instant,
 ) -> bool {
-    let Some((merchant, customer, combo, connector)) = record_parts(req) else {
+    let (Some((merchant, customer, combo, connector)), Some(tenant)) =
+        (record_parts(req), floor_tenant(tenant))
+    else {
         return false;
     };
     let outcome = if req.outcome == Outcome::GatewayFailure as i32 {
@@ -199,7 +230,7 @@ async fn store_record(
         return false;
     };
     let command = RecordCommand {
-        tenant: Tenant::DEFAULT,
+        tenant,
         merchant,
         customer,
         combo,
@@ -214,26 +245,39 @@ async fn store_record(
         .is_ok()
 }
 
-async fn store_pin(store: &RedisStore, req: &GetPinRequest, deadline: Instant) -> bool {
-    let (Ok(merchant), Ok(customer)) = (
+async fn store_pin(
+    store: &RedisStore,
+    req: &GetPinRequest,
+    tenant: Option<&str>,
+    deadline: Instant,
+) -> bool {
+    let (Ok(merchant), Ok(customer), Some(tenant)) = (
         MerchantId::parse(&req.merchant_id),
         CustomerId::parse(&req.customer_id),
+        floor_tenant(tenant),
     ) else {
         return false;
     };
     store
-        .read_combos(&Tenant::DEFAULT, &merchant, &customer, deadline)
+        .read_combos(&tenant, &merchant, &customer, deadline)
         .await
         .is_ok()
 }
 
 /// The seed's success write: HINCRBY and EXPIRE in one MULTI. (No admission
 /// and no cap: it is here to price the transaction, not to replace the rule.)
-async fn multi_success(raw: &Pool, req: &RecordOutcomeRequest, ttl_secs: i64) -> bool {
-    let Some((merchant, customer, combo, _)) = record_parts(req) else {
+async fn multi_success(
+    raw: &Pool,
+    req: &RecordOutcomeRequest,
+    tenant: Option<&str>,
+    ttl_secs: i64,
+) -> bool {
+    let (Some((merchant, customer, combo, _)), Some(tenant)) =
+        (record_parts(req), floor_tenant(tenant))
+    else {
         return false;
     };
-    let key = keys::customer_key(&Tenant::DEFAULT, &merchant, &customer);
+    let key = keys::customer_key(&tenant, &merchant, &customer);
     let tx = raw.next().multi();
     let queued = async {
         tx.hincrby::<(), _, _>(key.as_str(), combo.field(), 1)

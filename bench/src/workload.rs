@@ -1,6 +1,8 @@
-//! What the generator sends: which call, for which merchant, customer and
-//! combo. Customers are drawn with Zipf skew, as real traffic has a few
-//! frequent buyers and a long tail.
+//! What the generator sends: which call, for which tenant, merchant,
+//! customer and combo. Customers are drawn with Zipf skew, as real traffic
+//! has a few frequent buyers and a long tail.
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rand::Rng;
 use rand::rngs::SmallRng;
@@ -49,21 +51,28 @@ pub struct Workload {
     /// answer DUPLICATE while the customer remembers it); the rest carry a
     /// fresh random id.
     pub retry_ratio: f64,
+    /// RecordOutcome calls name the connector GetPin pinned
+    /// (`pin_connector`, its own connector), so the experiment counts them.
+    pub pin_connector: bool,
+    /// Tenants the merchants are spread over ([`tenant_of`]); 0 sends no
+    /// `x-tenant-id`, so every call is the default tenant's.
+    pub tenants: u64,
     pub keys: KeySpace,
 }
 
-/// One request, ready to send.
+/// One request, ready to send, with the tenant it is sent for
+/// (`x-tenant-id`; `None` sends no header: the default tenant).
 #[derive(Debug, Clone)]
 pub enum Call {
-    Record(RecordOutcomeRequest),
-    Pin(GetPinRequest),
+    Record(RecordOutcomeRequest, Option<String>),
+    Pin(GetPinRequest, Option<String>),
 }
 
 impl Call {
     pub fn name(&self) -> &'static str {
         match self {
-            Call::Record(_) => "RecordOutcome",
-            Call::Pin(_) => "GetPin",
+            Call::Record(..) => "RecordOutcome",
+            Call::Pin(..) => "GetPin",
         }
     }
 }
@@ -72,6 +81,8 @@ impl Call {
 pub struct Generator {
     workload: Workload,
     customers: Customers,
+    /// The merchants [`Generator::next`] has drawn, when asked to track them.
+    seen: Option<MerchantSet>,
 }
 
 enum Customers {
@@ -96,20 +107,39 @@ impl Generator {
         Ok(Self {
             workload,
             customers,
+            seen: None,
         })
+    }
+
+    /// The same generator, noting every merchant [`Generator::next`] draws
+    /// (one atomic OR per call), for [`Generator::merchants_seen`].
+    #[must_use]
+    pub fn tracking_merchants(self) -> Self {
+        let seen = Some(MerchantSet::new(self.workload.keys.merchants));
+        Self { seen, ..self }
+    }
+
+    /// How many distinct merchants [`Generator::next`] has drawn so far;
+    /// `None` unless made with [`Generator::tracking_merchants`].
+    pub fn merchants_seen(&self) -> Option<u64> {
+        self.seen.as_ref().map(MerchantSet::count)
     }
 
     /// The next request.
     pub fn next(&self, rng: &mut SmallRng) -> Call {
         let customer = self.customer(rng);
+        if let Some(seen) = &self.seen {
+            seen.insert(merchant_of(customer, self.workload.keys.merchants));
+        }
         let combo = rng.random_range(0..self.workload.keys.combos);
         let pin = match self.workload.call {
             CallKind::Record => false,
             CallKind::Pin => true,
             CallKind::Mix => rng.random_bool(self.workload.pin_ratio),
         };
+        let tenant = self.tenant(customer);
         if pin {
-            Call::Pin(self.pin(customer, combo))
+            Call::Pin(self.pin(customer, combo), tenant)
         } else {
             let failed = rng.random_bool(self.workload.failure_ratio);
             let mut record = self.record(customer, combo, failed);
@@ -120,18 +150,28 @@ impl Generator {
                     format!("a{:016x}", rng.random::<u64>())
                 };
             }
-            Call::Record(record)
+            Call::Record(record, tenant)
         }
     }
 
-    /// A success for one (customer, combo): used to fill the key space first.
-    pub fn record(&self, customer: u64, combo: u64, failed: bool) -> RecordOutcomeRequest {
+    /// A success for one (customer, combo), for its tenant: used to fill
+    /// the key space first.
+    pub fn record_call(&self, customer: u64, combo: u64) -> Call {
+        Call::Record(self.record(customer, combo, false), self.tenant(customer))
+    }
+
+    fn record(&self, customer: u64, combo: u64, failed: bool) -> RecordOutcomeRequest {
         let (method, method_type, connector) = combo_parts(combo);
         RecordOutcomeRequest {
             merchant_id: self.merchant_id(customer),
             customer_id: customer_id(customer),
             payment_method: method.into(),
             payment_method_type: method_type.into(),
+            pin_connector: if self.workload.pin_connector {
+                connector.clone()
+            } else {
+                String::new()
+            },
             connector,
             outcome: if failed {
                 Outcome::GatewayFailure
@@ -163,11 +203,69 @@ impl Generator {
     }
 
     fn merchant_id(&self, customer: u64) -> String {
-        format!("merchant_{:04}", customer % self.workload.keys.merchants)
+        merchant_id(merchant_of(customer, self.workload.keys.merchants))
+    }
+
+    fn tenant(&self, customer: u64) -> Option<String> {
+        let merchant = merchant_of(customer, self.workload.keys.merchants);
+        tenant_of(merchant, self.workload.tenants)
     }
 
     pub fn keys(&self) -> &KeySpace {
         &self.workload.keys
+    }
+}
+
+/// The merchant customer `n` belongs to: `n mod merchants`.
+pub fn merchant_of(customer: u64, merchants: u64) -> u64 {
+    customer % merchants.max(1)
+}
+
+/// Merchant `m`'s id.
+pub fn merchant_id(merchant: u64) -> String {
+    format!("merchant_{merchant:04}")
+}
+
+/// Merchant `m`'s tenant among `tenants`: `tenant_{m mod tenants}`, so
+/// merchants spread evenly over them; `None` (the default tenant, no
+/// header) when `tenants` is 0.
+pub fn tenant_of(merchant: u64, tenants: u64) -> Option<String> {
+    (tenants > 0).then(|| format!("tenant_{}", merchant % tenants))
+}
+
+/// The `STICKY_ROUTING_TENANTS` list that allows every tenant of
+/// [`tenant_of`]: `tenant_0,tenant_1,…`.
+pub fn tenant_list(tenants: u64) -> String {
+    (0..tenants)
+        .filter_map(|t| tenant_of(t, tenants))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A set of merchant indexes shared by the workers: one bit each.
+struct MerchantSet(Vec<AtomicU64>);
+
+impl MerchantSet {
+    fn new(merchants: u64) -> Self {
+        Self(
+            (0..merchants.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+        )
+    }
+
+    fn insert(&self, merchant: u64) {
+        let word = usize::try_from(merchant / 64).unwrap_or(usize::MAX);
+        if let Some(bits) = self.0.get(word) {
+            bits.fetch_or(1 << (merchant % 64), Ordering::Relaxed);
+        }
+    }
+
+    fn count(&self) -> u64 {
+        self.0
+            .iter()
+            .map(|bits| u64::from(bits.load(Ordering::Relaxed).count_ones()))
+            .sum()
     }
 }
 
@@ -201,6 +299,8 @@ mod tests {
             failure_ratio: 0.0,
             attempt_ids: false,
             retry_ratio: 0.0,
+            pin_connector: false,
+            tenants: 0,
             keys: KeySpace {
                 merchants: 3,
                 customers: 100,
@@ -232,7 +332,7 @@ mod tests {
         let generator = Generator::new(workload(CallKind::Mix, 0.0)).unwrap();
         let mut rng = SmallRng::seed_from_u64(7);
         let pins = (0..1000)
-            .filter(|_| matches!(generator.next(&mut rng), Call::Pin(_)))
+            .filter(|_| matches!(generator.next(&mut rng), Call::Pin(..)))
             .count();
         assert!((350..650).contains(&pins), "{pins} pins in 1000");
     }
@@ -246,8 +346,8 @@ mod tests {
         let mut rng = SmallRng::seed_from_u64(7);
         let ids: Vec<String> = (0..1000)
             .map(|_| match generator.next(&mut rng) {
-                Call::Record(r) => r.attempt_id,
-                Call::Pin(_) => unreachable!("record only"),
+                Call::Record(r, _) => r.attempt_id,
+                Call::Pin(..) => unreachable!("record only"),
             })
             .collect();
         let retries = ids.iter().filter(|id| id.starts_with("retry-")).count();
@@ -255,6 +355,57 @@ mod tests {
         let fresh: std::collections::HashSet<_> =
             ids.iter().filter(|id| id.starts_with('a')).collect();
         assert_eq!(fresh.len(), 1000 - retries, "fresh ids repeat");
+    }
+
+    #[test]
+    fn merchants_spread_over_tenants_and_the_list_allows_them_all() {
+        assert_eq!(tenant_of(7, 0), None);
+        assert_eq!(tenant_of(7, 10).as_deref(), Some("tenant_7"));
+        assert_eq!(tenant_of(99_999, 10).as_deref(), Some("tenant_9"));
+        assert_eq!(tenant_list(3), "tenant_0,tenant_1,tenant_2");
+        assert_eq!(tenant_list(0), "");
+        let mut w = workload(CallKind::Record, 0.0);
+        w.tenants = 2;
+        w.pin_connector = true;
+        let generator = Generator::new(w).unwrap();
+        let mut rng = SmallRng::seed_from_u64(7);
+        for _ in 0..100 {
+            let Call::Record(record, tenant) = generator.next(&mut rng) else {
+                unreachable!("record only")
+            };
+            let merchant: u64 = record.merchant_id["merchant_".len()..].parse().unwrap();
+            assert_eq!(tenant, tenant_of(merchant, 2));
+            assert_eq!(record.pin_connector, record.connector);
+        }
+        let Call::Record(plain, None) = Generator::new(workload(CallKind::Record, 0.0))
+            .unwrap()
+            .next(&mut rng)
+        else {
+            unreachable!("record only, no tenant")
+        };
+        assert_eq!(plain.pin_connector, "");
+    }
+
+    #[test]
+    fn the_merchants_drawn_are_counted_once_each() {
+        let mut w = workload(CallKind::Mix, 0.0);
+        w.keys.merchants = 130;
+        w.keys.customers = 1000;
+        let untracked = Generator::new(w.clone()).unwrap();
+        assert_eq!(untracked.merchants_seen(), None);
+        let generator = Generator::new(w).unwrap().tracking_merchants();
+        assert_eq!(generator.merchants_seen(), Some(0));
+        let mut rng = SmallRng::seed_from_u64(7);
+        let mut drawn = std::collections::HashSet::new();
+        for _ in 0..200 {
+            let merchant_id = match generator.next(&mut rng) {
+                Call::Record(r, _) => r.merchant_id,
+                Call::Pin(p, _) => p.merchant_id,
+            };
+            drawn.insert(merchant_id);
+        }
+        assert_eq!(generator.merchants_seen(), Some(drawn.len() as u64));
+        assert!(drawn.len() > 64, "both words of the set are used");
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! `sticky-bench`: starts its own Redis, the service and the no-op floor,
 //! runs the same load against each and against Redis directly, and prints
 //! the comparison as a markdown table (`make bench`). With `--overload` it
-//! runs the overload study instead (`make bench OVERLOAD=1`).
+//! runs the overload study instead (`make bench OVERLOAD=1`); with
+//! `--platform`, issue 41's study at a platform's count of merchants
+//! (`make bench` runs it after the comparison).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -13,6 +15,8 @@ use sticky_bench::cli::{WorkloadArgs, parse_duration};
 use sticky_bench::compare::{CompareSpec, Comparison, compare, memory_only};
 use sticky_bench::otlp_sink::OtlpSink;
 use sticky_bench::overload::{OverloadSpec, OverloadStudy, overload};
+use sticky_bench::platform::{PlatformArgs, PlatformSpec, platform};
+use sticky_bench::platform_report::PlatformStudy;
 
 #[derive(Parser)]
 #[command(
@@ -56,9 +60,17 @@ struct Args {
     /// compare servers (`--redis-server valkey-server`).
     #[arg(long, conflicts_with_all = ["quick", "overload"])]
     memory_only: bool,
-    /// Only the no-op and service runs, for A/B experiments.
+    /// Only the no-op and service runs, for A/B experiments; with
+    /// `--platform`, one round.
     #[arg(long)]
     quick: bool,
+    /// Run issue 41's platform study instead: RecordOutcome at
+    /// `--platform-merchants` over `--platform-tenants`, breaker on and
+    /// `pin_connector` sent, against the breaker off without it.
+    #[arg(long, conflicts_with_all = ["overload", "memory_only"])]
+    platform: bool,
+    #[command(flatten)]
+    platform_args: PlatformArgs,
     /// Run the overload study instead: capacity C, then 0.5C to 5C offered.
     #[arg(long)]
     overload: bool,
@@ -178,9 +190,31 @@ async fn main() -> ExitCode {
     code
 }
 
+async fn platform_study(args: Args) -> ExitCode {
+    let spec = PlatformSpec {
+        args: args.platform_args,
+        duration: args.duration,
+        warmup: args.warmup,
+        concurrency: args.concurrency,
+        connections: args.connections.unwrap_or(4),
+        pool_size: args.pool_size,
+        combos: args.workload.combos,
+        quick: args.quick,
+        service_env: args.service_env,
+        redis_server: args.redis_server,
+        service_bin: args.service_bin,
+        out_dir: args.out.clone(),
+    };
+    let study = platform(spec).await;
+    finish(&args.out, "platform", study, PlatformStudy::markdown)
+}
+
 async fn run(args: Args) -> ExitCode {
     if args.overload {
         return overload_study(args).await;
+    }
+    if args.platform {
+        return platform_study(args).await;
     }
     if args.memory_only {
         let measured = memory_only(
