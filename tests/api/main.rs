@@ -23,6 +23,7 @@ mod export;
 mod failover;
 mod faults;
 mod get_pin;
+mod goaway_race;
 mod grpc_tls;
 mod habits;
 mod health;
