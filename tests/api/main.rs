@@ -38,6 +38,7 @@ mod observability;
 mod overload;
 mod permissions;
 mod priorities;
+mod real_clients;
 mod record_outcome;
 mod replay;
 mod rollout;
