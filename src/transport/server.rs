@@ -13,13 +13,16 @@
 //! largest stream id and a PING, then the last stream it accepted once the
 //! PING is answered), every stream already open runs to its end, and only a
 //! stream still open a grace later is cut. The same happens to every open
-//! connection when the drain starts.
+//! connection when the drain starts. [`refused_windows`] keeps h2 0.4.20
+//! from ending the connection, calls and all, when the client sends a
+//! WINDOW_UPDATE for a stream the final GOAWAY refused.
 //!
 //! tonic's server also wrapped each request in a timeout from `grpc-timeout`
 //! and its own bound, and handed the connection's TLS identity to the
 //! handlers; [`call`] does both, for every route.
 
 mod call;
+mod refused_windows;
 mod retire;
 
 use std::io;

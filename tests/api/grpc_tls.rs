@@ -3,147 +3,22 @@
 //! errors for bad TLS settings. Certificates are made here with openssl.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use sticky_routing::config::Settings;
-use sticky_routing::pki::{AdminClients, ServerTlsFiles};
-use sticky_routing::startup::{Application, StartupError};
+use sticky_routing::pki::AdminClients;
 use sticky_routing::transport::pb;
 use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
 use sticky_routing::transport::tls::RELOAD_INTERVAL;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 use tonic::Code;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+use tonic::transport::Channel;
 use tonic_health::pb::health_client::HealthClient;
 
 use crate::support::frames::{MAX_STREAM_ID, Wire};
+use crate::support::tls::{TlsApp, pki, plaintext, raw_tls, tls_files};
 use crate::support::*;
-use rustls::pki_types::pem::PemObject;
 use test_support::pki::Pki;
-
-/// `server-ca` signs the server's certificate and `clients-ca` the
-/// clients'; `other-ca` signs a client that must be refused, whose
-/// certificate names the admin identity all the same.
-fn pki() -> Pki {
-    let pki = Pki::empty();
-    for ca in ["server-ca", "clients-ca", "other-ca"] {
-        pki.self_signed_ca(ca, ca);
-    }
-    pki.leaf("server", "server-ca", "IP:127.0.0.1,DNS:localhost");
-    pki.leaf(
-        "orchestrator",
-        "clients-ca",
-        "URI:spiffe://test/orchestrator",
-    );
-    pki.leaf("admin", "clients-ca", "URI:spiffe://test/admin");
-    pki.leaf("ops", "clients-ca", "DNS:ops.test");
-    pki.leaf("stranger", "other-ca", "URI:spiffe://test/admin");
-    pki
-}
-
-fn tls_files(dir: &Path, client_ca: Option<&str>) -> ServerTlsFiles {
-    ServerTlsFiles {
-        cert_file: dir.join("server.crt"),
-        key_file: dir.join("server.key"),
-        client_ca_file: client_ca.map(|ca| dir.join(format!("{ca}.crt"))),
-    }
-}
-
-/// The service over TLS, running until dropped.
-struct TlsApp {
-    addr: SocketAddr,
-    health_addr: SocketAddr,
-    _redis: RedisServer,
-    stop: Option<oneshot::Sender<()>>,
-    server: Option<JoinHandle<Result<(), StartupError>>>,
-}
-
-impl TlsApp {
-    async fn spawn(configure: impl FnOnce(&mut Settings)) -> Self {
-        let redis = RedisServer::start();
-        let mut settings = test_settings(&redis);
-        configure(&mut settings);
-        let app = Application::build(settings).await.unwrap();
-        let (addr, health_addr) = (app.grpc_addr(), app.health_addr().unwrap());
-        let (stop, stopped) = oneshot::channel::<()>();
-        let server = tokio::spawn(app.run_until_stopped(async {
-            let _ = stopped.await;
-        }));
-        let health = HealthClient::new(plaintext(health_addr).await);
-        wait_for_readiness(&health, true).await;
-        Self {
-            addr,
-            health_addr,
-            _redis: redis,
-            stop: Some(stop),
-            server: Some(server),
-        }
-    }
-
-    /// A client trusting `server_ca`, presenting `client`'s certificate if
-    /// given. Err: the connection failed (a refused handshake may only show
-    /// on the first call, so callers check that too).
-    async fn client(
-        &self,
-        pki: &Pki,
-        server_ca: &str,
-        client: Option<&str>,
-    ) -> Result<Channel, tonic::transport::Error> {
-        let mut tls = ClientTlsConfig::new()
-            .ca_certificate(Certificate::from_pem(pki.read(&format!("{server_ca}.crt"))))
-            .domain_name("localhost");
-        if let Some(name) = client {
-            tls = tls.identity(Identity::from_pem(
-                pki.read(&format!("{name}.crt")),
-                pki.read(&format!("{name}.key")),
-            ));
-        }
-        Channel::from_shared(format!("https://{}", self.addr))
-            .unwrap()
-            .tls_config(tls)?
-            .connect_timeout(Duration::from_secs(5))
-            .connect()
-            .await
-    }
-
-    /// Records one outcome through a new connection; the code it got.
-    async fn record_through(&self, pki: &Pki, server_ca: &str, client: Option<&str>) -> Code {
-        let channel = match self.client(pki, server_ca, client).await {
-            Ok(channel) => channel,
-            Err(_) => return Code::Unavailable,
-        };
-        let request = outcome("m1", "c1", "ADYEN", pb::Outcome::Success);
-        match StickyRoutingClient::new(channel)
-            .record_outcome(request)
-            .await
-        {
-            Ok(_) => Code::Ok,
-            Err(status) => status.code(),
-        }
-    }
-}
-
-impl Drop for TlsApp {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(server) = self.server.take() {
-            server.abort();
-        }
-    }
-}
-
-async fn plaintext(addr: SocketAddr) -> Channel {
-    Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap()
-}
 
 #[tokio::test]
 async fn with_mtls_only_clients_signed_by_the_client_ca_get_in() {
@@ -186,21 +61,7 @@ async fn a_tls_connection_gets_goaway_at_its_age() {
         s.max_connection_age = age;
     })
     .await;
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add_parsable_certificates(
-        rustls::pki_types::CertificateDer::pem_slice_iter(&pki.read("server-ca.crt"))
-            .map(Result::unwrap),
-    );
-    let mut config = rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    let tcp = tokio::net::TcpStream::connect(app.addr).await.unwrap();
-    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
-        .connect(name, tcp)
-        .await
-        .unwrap();
+    let tls = raw_tls(&pki, app.addr).await;
     let wire = Wire::default();
     wire.idle_peer_on(tls).await;
     let opened = wire.snapshot(|log| log.opened[0]);

@@ -4,6 +4,7 @@
 //! `support::replay_model`.
 
 mod bad_rows;
+mod filters;
 mod input;
 mod model;
 mod report;

@@ -7,8 +7,11 @@
 //!
 //! A row's tenant is its `tenant_id` cell (the empty cell is the default
 //! tenant); a row without one is `--tenant`'s, or the default tenant's.
-//! With `--tenant`, rows of any other tenant are skipped unread beyond
-//! their `tenant_id`, as `--merchant` skips other merchants'.
+//! With `--tenant`, rows of any other tenant are skipped, as `--merchant`
+//! skips other merchants'; but they are read and checked all the same, as
+//! a good one still sets the file's time (a row without `at` is one second
+//! after the previous good row of the file, whatever is filtered), and a
+//! bad one does not.
 //!
 //! This is what keeps a replay at two million rows a second: the common row
 //! meets only hash lookups of text it borrows from the reader's buffer, and
@@ -60,9 +63,15 @@ pub struct Attempt {
 #[derive(Debug)]
 pub enum Read {
     Attempt(Attempt),
-    /// A row of another merchant than `--merchant`'s, or of another tenant
-    /// than `--tenant`'s.
-    Skipped,
+    /// A good row of another merchant than `--merchant`'s, or of another
+    /// tenant than `--tenant`'s: not replayed, but its `at`, or its place
+    /// in the file, sets the time of the rows after it.
+    Skipped {
+        at: Option<i64>,
+    },
+    /// A bad row of another merchant or tenant: neither reported nor
+    /// counted, and it sets no time, as in the whole replay.
+    SkippedBad,
     /// A bad row: why, and its merchant when that much of it was valid.
     Bad {
         reason: String,
@@ -76,6 +85,15 @@ struct ComboEntry {
     field: Box<str>,
     /// Where the connector starts in `field`.
     connector_at: usize,
+}
+
+/// Whose a row whose merchant id is valid is.
+#[derive(Debug, Clone, Copy)]
+enum Owner {
+    /// The index of a merchant this replay counts.
+    Counted(u32),
+    /// Another merchant's or tenant's, left out by `--merchant` or `--tenant`.
+    Other,
 }
 
 /// Every spelling seen so far, and what it stands for.
@@ -166,9 +184,10 @@ impl Catalog {
     /// Reads one row's fields: the attempt, or why the row is bad. The
     /// tenant comes first, then the merchant id, so that a bad row counts
     /// for its merchant when that much of it is valid, and another tenant's
-    /// or merchant's row is skipped unread under `--tenant` or
-    /// `--merchant`; then an unreadable or missing cell, then the fields in
-    /// RecordOutcome's order, then `count`, then `at`.
+    /// or merchant's row is skipped under `--tenant` or `--merchant` (read
+    /// through all the same, for its time); then an unreadable or missing
+    /// cell, then the fields in RecordOutcome's order, then `count`, then
+    /// `at`.
     pub fn read(&mut self, fields: &Fields<'_>) -> Read {
         // The tenant first, as a call's header is checked before its body.
         let tenant = match fields.tenant_cell() {
@@ -183,46 +202,40 @@ impl Catalog {
                 }
             },
         };
-        if self.only_tenant.is_some_and(|only| only != tenant) {
-            return Read::Skipped;
-        }
+        let other_tenant = self.only_tenant.is_some_and(|only| only != tenant);
         let raw = fields.raw();
-        let merchant = match fields
+        let owner = match fields
             .merchant_given()
             .then(|| self.merchant_index(tenant, raw.merchant_id))
         {
-            Some(Ok(Some(merchant))) => Some(merchant),
-            Some(Ok(None)) => return Read::Skipped,
+            Some(Ok(owner)) => Some(owner),
             // An unusable row's own reason comes first; a bad merchant id
             // is the reason of a row that is otherwise whole.
             Some(Err(invalid)) if fields.unusable().is_none() => {
-                return Read::Bad {
-                    reason: invalid.to_string(),
-                    merchant: None,
-                };
+                return Self::bad(other_tenant, invalid.to_string(), None);
             }
             Some(Err(_)) | None => None,
         };
+        let other = other_tenant || matches!(owner, Some(Owner::Other));
+        let counted = match owner {
+            Some(Owner::Counted(merchant)) => Some(merchant),
+            Some(Owner::Other) | None => None,
+        };
         if let Some(unusable) = fields.unusable() {
-            return Read::Bad {
-                reason: unusable,
-                merchant,
-            };
+            return Self::bad(other, unusable, counted);
         }
         // A row without a merchant id is unusable (missing), so this is
         // never taken; it keeps a bad row from being counted as anyone's.
-        let Some(merchant) = merchant else {
-            return Read::Bad {
-                reason: "merchant_id: missing".to_owned(),
-                merchant: None,
-            };
-        };
-        let bad = |reason: String| Read::Bad {
-            reason,
-            merchant: Some(merchant),
-        };
+        if owner.is_none() {
+            return Self::bad(other, "merchant_id: missing".to_owned(), None);
+        }
+        let bad = |reason: String| Self::bad(other, reason, counted);
         let customer = match CustomerId::check(raw.customer_id) {
-            Ok(customer) => self.customer_identity(merchant, customer),
+            // Another's row needs no identity: it is not replayed.
+            Ok(customer) => match counted {
+                Some(merchant) => self.customer_identity(merchant, customer),
+                None => Identity::from_halves(0, 0),
+            },
             Err(invalid) => return bad(invalid.to_string()),
         };
         let parts = self
@@ -256,6 +269,9 @@ impl Catalog {
             Ok(at) => at,
             Err(reason) => return bad(reason.to_owned()),
         };
+        let Some(merchant) = counted else {
+            return Read::Skipped { at };
+        };
         Read::Attempt(Attempt {
             merchant,
             customer,
@@ -268,16 +284,27 @@ impl Catalog {
         })
     }
 
-    /// The index of `tenant`'s merchant `text`; `None` for a merchant
-    /// `--merchant` leaves out.
-    fn merchant_index(&mut self, tenant: u32, text: &str) -> Result<Option<u32>, InvalidInput> {
+    /// A bad row: reported and counted, unless it is another merchant's
+    /// or tenant's (`other`).
+    fn bad(other: bool, reason: String, merchant: Option<u32>) -> Read {
+        if other {
+            Read::SkippedBad
+        } else {
+            Read::Bad { reason, merchant }
+        }
+    }
+
+    /// The index of `tenant`'s merchant `text`, or [`Owner::Other`] for a
+    /// merchant or tenant that `--merchant` or `--tenant` leaves out.
+    fn merchant_index(&mut self, tenant: u32, text: &str) -> Result<Owner, InvalidInput> {
         let id = self.merchant_ids.index(text, MerchantId::parse)?;
-        let wanted = self
-            .only
-            .as_ref()
-            .is_none_or(|only| only == self.merchant_ids.get(id));
+        let wanted = self.only_tenant.is_none_or(|only| only == tenant)
+            && self
+                .only
+                .as_ref()
+                .is_none_or(|only| only == self.merchant_ids.get(id));
         if !wanted {
-            return Ok(None);
+            return Ok(Owner::Other);
         }
         let merchants = &mut self.merchants;
         let index = *self
@@ -287,7 +314,7 @@ impl Catalog {
                 merchants.push((tenant, id));
                 (merchants.len() - 1) as u32
             });
-        Ok(Some(index))
+        Ok(Owner::Counted(index))
     }
 
     fn customer_identity(&self, merchant: u32, customer: &str) -> Identity {

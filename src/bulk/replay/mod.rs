@@ -10,9 +10,12 @@
 //! hashing, and one core reads a CSV history at about two million attempts
 //! a second (bench/README.md, "Replay").
 //!
-//! Time is the rows' own: a row's `at`, or one second after the row before
-//! it. A row earlier than the one before is bad (a history must be in time
-//! order, or expiry and admission would be decided backwards).
+//! Time is the file's own: a row's `at`, or one second after the previous
+//! good row of the file, of any merchant or tenant, whatever `--merchant`
+//! or `--tenant` leaves out, so that a filtered replay reports for a
+//! merchant what the whole replay does. A row earlier than the good row
+//! before it is bad (a history must be in time order, or expiry and
+//! admission would be decided backwards).
 
 pub mod args;
 mod at;
@@ -40,7 +43,7 @@ use figures::{Figures, Report};
 const EXIT_BAD_ROWS: u8 = 1;
 /// How many rows go by between two progress updates.
 const PROGRESS_EVERY: u64 = 1 << 16;
-/// The time of a row without `at`: this long after the row before.
+/// The time of a row without `at`: this long after the good row before.
 const IMPLIED_STEP_MS: i64 = 1_000;
 
 /// Runs `sticky-routing replay ARGS` with the process environment `env`.
@@ -184,7 +187,15 @@ pub fn replay(
         }
         let attempt = match read {
             Ok(RowRead::Attempt(attempt)) => attempt,
-            Ok(RowRead::Skipped) => continue,
+            Ok(RowRead::Skipped { at }) => {
+                // Another's good row: not replayed, but it is the file's
+                // time (an out-of-order one is bad, and sets none).
+                if let Some(at) = time_of(at, previous_at) {
+                    previous_at = Some(at);
+                }
+                continue;
+            }
+            Ok(RowRead::SkippedBad) => continue,
             Ok(RowRead::Bad { reason, merchant }) => {
                 engine.bad_row(merchant);
                 seen(Event::Bad {
@@ -202,18 +213,13 @@ pub fn replay(
                 continue;
             }
         };
-        let at = match (attempt.at, previous_at) {
-            (Some(at), Some(previous)) if at < previous => {
-                engine.bad_row(Some(attempt.merchant));
-                seen(Event::Bad {
-                    line,
-                    reason: "at: earlier than the row before it (rows must be in time order)",
-                });
-                continue;
-            }
-            (Some(at), _) => at,
-            (None, Some(previous)) => previous.saturating_add(IMPLIED_STEP_MS),
-            (None, None) => 0,
+        let Some(at) = time_of(attempt.at, previous_at) else {
+            engine.bad_row(Some(attempt.merchant));
+            seen(Event::Bad {
+                line,
+                reason: "at: earlier than the row before it (rows must be in time order)",
+            });
+            continue;
         };
         previous_at = Some(at);
         for _ in 0..attempt.times {
@@ -241,6 +247,17 @@ pub fn replay(
         customers: engine.customers_at(previous_at.unwrap_or_default()),
         catalog,
     })
+}
+
+/// The time of a good row whose `at` is `at`, after a good row at
+/// `previous`; `None` when it is earlier than `previous` (a bad row).
+fn time_of(at: Option<i64>, previous: Option<i64>) -> Option<i64> {
+    match (at, previous) {
+        (Some(at), Some(previous)) if at < previous => None,
+        (Some(at), _) => Some(at),
+        (None, Some(previous)) => Some(previous.saturating_add(IMPLIED_STEP_MS)),
+        (None, None) => Some(0),
+    }
 }
 
 fn file_problem(error: &FileError) -> String {

@@ -3,6 +3,7 @@
 //! and cut only if a stream is still open a grace after the GOAWAY.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use hyper::server::conn::http2;
@@ -12,6 +13,7 @@ use tonic::service::Routes;
 use tonic::transport::server::Connected;
 
 use super::call::CallService;
+use super::refused_windows::RefusedWindows;
 use crate::transport::tls::Connection;
 
 /// How long a connection is served before it is told to go away.
@@ -51,9 +53,11 @@ const LAST_WORDS: Duration = Duration::from_secs(1);
 /// GOAWAY at its age, at the drain or at the stop, whichever comes first.
 pub(super) async fn serve_connection(shared: Arc<Shared>, connection: Connection) {
     let service = CallService::new(shared.routes.clone(), connection.connect_info());
-    let served = shared
-        .http2
-        .serve_connection(TokioIo::new(connection), service);
+    // h2 0.4.20 would end the connection on a WINDOW_UPDATE for a stream
+    // its final GOAWAY refused: see `refused_windows`.
+    let retiring = Arc::new(AtomicBool::new(false));
+    let io = RefusedWindows::new(connection, retiring.clone());
+    let served = shared.http2.serve_connection(TokioIo::new(io), service);
     tokio::pin!(served);
     let age = jittered(shared.lifetime.max_age);
     // A connection accepted after the drain started (the health port keeps
@@ -71,6 +75,7 @@ pub(super) async fn serve_connection(shared: Arc<Shared>, connection: Connection
         () = drain => Retired::Drain,
         () = shared.stop.cancelled() => Retired::Stop,
     };
+    retiring.store(true, Ordering::Release);
     served.as_mut().graceful_shutdown();
     // At its age a connection has the grace; on a drain the shutdown grace
     // bounds the wait, and `stop` ends it.

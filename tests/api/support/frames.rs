@@ -42,6 +42,8 @@ pub struct Log {
     pub frames: Vec<Frame>,
     pub closed: Vec<(usize, Instant)>,
     pub opened: Vec<Instant>,
+    /// The connections whose client sent its race (see [`Wire::h2_on`]).
+    pub raced: Vec<(usize, Instant)>,
 }
 
 /// A shared [`Log`] for every connection of one client.
@@ -80,6 +82,8 @@ impl Wire {
             wire: self.clone(),
             connection,
             pending: Vec::new(),
+            race: None,
+            outbox: Vec::new(),
         }
     }
 
@@ -88,7 +92,21 @@ impl Wire {
     /// never gives up a connection that was told to go away.
     pub async fn h2(&self, addr: SocketAddr) -> h2::client::SendRequest<Bytes> {
         let tcp = TcpStream::connect(addr).await.unwrap();
-        let (client, connection) = h2::client::handshake(self.tap(tcp)).await.unwrap();
+        self.h2_on(tcp, None).await
+    }
+
+    /// [`Self::h2`] over `io`, a connection already made (TLS). With
+    /// `race`, the client races the server's GOAWAY as a client that
+    /// started a call before it read it: `race`'s bytes go out in the same
+    /// write as its acknowledgement of the PING that follows the first
+    /// GOAWAY, right after it.
+    pub async fn h2_on<T>(&self, io: T, race: Option<Vec<u8>>) -> h2::client::SendRequest<Bytes>
+    where
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let mut tap = self.tap(io);
+        tap.race = race;
+        let (client, connection) = h2::client::handshake(tap).await.unwrap();
         tokio::spawn(connection);
         client.ready().await.unwrap()
     }
@@ -171,6 +189,10 @@ pub struct Tap<T> {
     connection: usize,
     /// Bytes of a frame not yet whole.
     pending: Vec<u8>,
+    /// What to send with the acknowledgement of the GOAWAY's PING.
+    race: Option<Vec<u8>>,
+    /// Bytes accepted from the client library, not yet written.
+    outbox: Vec<u8>,
 }
 
 impl<T> Tap<T> {
@@ -206,6 +228,23 @@ impl<T> Tap<T> {
         }
     }
 
+    /// Where the acknowledgement of the PING that followed this
+    /// connection's first GOAWAY ends in `bytes`, if it is there.
+    fn goaway_ping_ack_end(&self, bytes: &[u8]) -> Option<usize> {
+        let payload = self.wire.snapshot(|log| {
+            let mine = log
+                .frames
+                .iter()
+                .filter(|f| f.connection == self.connection);
+            mine.skip_while(|f| f.kind != GOAWAY)
+                .find(|f| f.kind == PING && f.flags & 1 == 0)
+                .and_then(|f| f.ping)
+        })?;
+        let ack = frame(PING, 1, &payload);
+        let at = bytes.windows(ack.len()).position(|w| w == ack.as_slice())?;
+        Some(at + ack.len())
+    }
+
     fn closed(&self) {
         let mut log = self.wire.0.lock().unwrap();
         if !log.closed.iter().any(|(c, _)| *c == self.connection) {
@@ -235,16 +274,50 @@ impl<T: AsyncRead + Unpin> AsyncRead for Tap<T> {
     }
 }
 
+impl<T: AsyncWrite + Unpin> Tap<T> {
+    /// Writes what is left of a racing write.
+    fn poll_outbox(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.outbox.is_empty() {
+            let n = std::task::ready!(Pin::new(&mut self.io).poll_write(cx, &self.outbox))?;
+            self.outbox.drain(..n);
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
 impl<T: AsyncWrite + Unpin> AsyncWrite for Tap<T> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        std::task::ready!(self.poll_outbox(cx))?;
+        let ack_end = match self.race {
+            Some(_) => self.goaway_ping_ack_end(buf),
+            None => None,
+        };
+        if let Some(at) = ack_end {
+            // One write: what the library wrote up to its acknowledgement,
+            // the race, then the rest.
+            let race = self.race.take().unwrap();
+            let connection = self.connection;
+            self.wire
+                .0
+                .lock()
+                .unwrap()
+                .raced
+                .push((connection, Instant::now()));
+            self.outbox = [&buf[..at], &race, &buf[at..]].concat();
+            if let Poll::Ready(Err(error)) = self.poll_outbox(cx) {
+                return Poll::Ready(Err(error));
+            }
+            return Poll::Ready(Ok(buf.len()));
+        }
         Pin::new(&mut self.io).poll_write(cx, buf)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        std::task::ready!(self.poll_outbox(cx))?;
         Pin::new(&mut self.io).poll_flush(cx)
     }
 
@@ -265,12 +338,8 @@ pub async fn unary(
         .header("te", "trailers")
         .body(())
         .unwrap();
-    let encoded = message.encode_to_vec();
-    let mut body = vec![0];
-    body.extend_from_slice(&u32::try_from(encoded.len()).unwrap().to_be_bytes());
-    body.extend_from_slice(&encoded);
     let (response, mut send) = client.send_request(request, false)?;
-    send.send_data(body.into(), true)?;
+    send.send_data(grpc_message(message).into(), true)?;
     let response = response.await?;
     if let Some(status) = response.headers().get("grpc-status") {
         return Ok(status.to_str().unwrap().to_owned());
@@ -283,10 +352,25 @@ pub async fn unary(
     Ok(trailers["grpc-status"].to_str().unwrap().to_owned())
 }
 
+/// `message` as a gRPC body carries it: uncompressed, length first.
+pub fn grpc_message(message: impl prost::Message) -> Vec<u8> {
+    let encoded = message.encode_to_vec();
+    let mut body = vec![0];
+    body.extend_from_slice(&u32::try_from(encoded.len()).unwrap().to_be_bytes());
+    body.extend_from_slice(&encoded);
+    body
+}
+
 /// A frame on stream 0.
 fn frame(kind: u8, flags: u8, payload: &[u8]) -> Vec<u8> {
+    frame_on(0, kind, flags, payload)
+}
+
+/// A frame on `stream`.
+pub fn frame_on(stream: u32, kind: u8, flags: u8, payload: &[u8]) -> Vec<u8> {
     let length = u32::try_from(payload.len()).unwrap().to_be_bytes();
-    let mut frame = vec![length[1], length[2], length[3], kind, flags, 0, 0, 0, 0];
+    let mut frame = vec![length[1], length[2], length[3], kind, flags];
+    frame.extend_from_slice(&stream.to_be_bytes());
     frame.extend_from_slice(payload);
     frame
 }

@@ -12,8 +12,10 @@ pub mod export_rows;
 pub mod frames;
 pub mod held_calls;
 pub mod load;
+pub mod race;
 pub mod replay;
 pub mod replay_model;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -249,6 +251,13 @@ impl TestApp {
             Some(server) => server.await.expect("the server task does not panic"),
             None => Ok(()),
         }
+    }
+
+    /// What starts the drain when sent to, taken out of the app: the test
+    /// can start it while it borrows the app, and [`Self::stop`] still
+    /// waits for the drain to end.
+    pub fn drain_trigger(&mut self) -> oneshot::Sender<()> {
+        self.shutdown.take().expect("the drain has not started")
     }
 
     pub async fn record(
