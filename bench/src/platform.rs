@@ -342,8 +342,8 @@ mod tests {
 
     #[test]
     fn the_largest_count_is_run_each_round_with_its_baseline_after_the_others() {
-        let plans = plans(&[100_000, 10, 10], 2);
-        let shape: Vec<(u64, bool, bool, usize)> = plans
+        let planned = plans(&[100_000, 10, 10], 2);
+        let shape: Vec<(u64, bool, bool, usize)> = planned
             .iter()
             .map(|p| (p.merchants, p.breaker, p.pin_connector, p.round))
             .collect();
@@ -359,6 +359,6 @@ mod tests {
         );
         assert_eq!(plans(&[5], 0).len(), 2, "one round at least");
         assert!(plans(&[], 3).is_empty());
-        assert_eq!(plans[2].dir_name(), "m100000-off-r1");
+        assert_eq!(planned[2].dir_name(), "m100000-off-r1");
     }
 }

@@ -168,6 +168,9 @@ pub fn median(mut values: Vec<f64>) -> Option<f64> {
     }
 }
 
+/// One figure of a run, read for the targets.
+type Field = fn(&PlatformRun) -> Option<f64>;
+
 /// Issue 41's targets, checked at the largest merchant count: the runs
 /// with the breaker on against the baseline runs, medians over rounds.
 pub fn checks(runs: &[PlatformRun], limits: Limits) -> Vec<Check> {
@@ -199,10 +202,8 @@ pub fn checks(runs: &[PlatformRun], limits: Limits) -> Vec<Check> {
         met: health.serving_throughout(),
     });
 
-    let of = |runs: &[&PlatformRun], f: fn(&PlatformRun) -> Option<f64>| {
-        median(runs.iter().filter_map(|r| f(r)).collect())
-    };
-    let ratios: [(&str, fn(&PlatformRun) -> Option<f64>, f64); 2] = [
+    let of = |runs: &[&PlatformRun], f: Field| median(runs.iter().filter_map(|r| f(r)).collect());
+    let ratios: [(&str, Field, f64); 2] = [
         ("service CPU", |r| r.report.cpu_us_per_call, 0.05),
         ("Redis CPU", |r| r.report.redis_cpu_us_per_call, 0.10),
     ];
