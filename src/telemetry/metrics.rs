@@ -784,7 +784,7 @@ mod tests {
         metrics.breaker_transition("open", "half_open");
         metrics.set_breakers_open(3);
         metrics.set_breakers_open(2);
-        metrics.breaker_io_failure("poll");
+        metrics.breaker_io_failure("flush");
         let text = metrics.render();
         for line in [
             "sticky_routing_breaker_vetoes_total{reason=\"score\"} 1",
@@ -793,7 +793,7 @@ mod tests {
             "sticky_routing_breaker_vetoes_total{reason=\"forced_open\"} 1",
             "sticky_routing_breaker_transitions_total{from=\"open\",to=\"half_open\"} 1",
             "sticky_routing_breakers_open 2",
-            "sticky_routing_breaker_io_failures_total{op=\"poll\"} 1",
+            "sticky_routing_breaker_io_failures_total{op=\"flush\"} 1",
         ] {
             assert!(text.contains(line), "{line} missing from:\n{text}");
         }
