@@ -237,3 +237,68 @@ fn the_transitions_time_makes_are_reported_once() {
     assert!(tick.index.is_empty());
     assert!(poll(t + HALF + 1).timed.is_empty());
 }
+
+/// Redis's CPU per merchant of a shard's tick, as production sees it: the
+/// default window (12 ring slots), 500 merchants of one shard with one
+/// call each, 20 ticks of 500 ms. Not a check: a probe for the script's
+/// cost, run by hand (`cargo test --release --lib tick_cost -- --ignored
+/// --nocapture`); the figures that count come from `make bench`.
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn tick_cost_per_merchant() {
+    let h = Harness::new();
+    let s = BreakerSettings::DEFAULT;
+    let shard = Shard::all().nth(3).unwrap();
+    let ms = merchants_of(shard, 500);
+    let usec = || {
+        use fred::interfaces::ClientLike as _;
+        let info: String = h
+            .runtime
+            .block_on(h.inspect.custom(fred::cmd!("INFO"), vec!["commandstats"]))
+            .unwrap();
+        info.lines()
+            .find(|l| l.starts_with("cmdstat_evalsha:"))
+            .and_then(|l| {
+                l.split("usec=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .unwrap_or(0)
+    };
+    // The best of 5 rounds of 20 ticks: the machine's noise only adds.
+    let ticks = 20;
+    let mut best = f64::MAX;
+    for round in 0..5 {
+        let before = usec();
+        for tick in 0..ticks {
+            let now = T0 + (round * ticks + tick) * 500;
+            let sent: Vec<MerchantTallies> = ms
+                .iter()
+                .map(|m| MerchantTallies {
+                    tenant: Tenant::DEFAULT,
+                    merchant: m.clone(),
+                    tallies: vec![ConnectorTally {
+                        connector: "GIGADAT".into(),
+                        buckets: vec![(
+                            s.bucket_of(now),
+                            Counts {
+                                calls: 1,
+                                failures: 0,
+                            },
+                        )],
+                        probes: None,
+                    }],
+                })
+                .collect();
+            h.runtime
+                .block_on(h.store.breaker_tick(shard, &sent, now, &s, deadline()))
+                .unwrap();
+        }
+        let spent = usec() - before;
+        best = best.min(spent as f64 / (ticks as f64 * ms.len() as f64));
+    }
+    println!("breaker_flush: {best:.2} µs per merchant (best of 5)");
+}
