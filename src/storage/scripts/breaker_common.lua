@@ -38,11 +38,20 @@ local function brk_counts_in_window(bucket, now, window, bucket_ms)
   return (bucket + 1) * bucket_ms + window > now and bucket <= math.floor(now / bucket_ms)
 end
 
--- The ring slot fields of connector `c`, slot 0 first.
+-- The ring slot fields of connector `c`, slot 0 first. The "b<slot>:"
+-- prefixes are made once per script call: a number made text costs a
+-- printf in Redis's Lua, and a tick asks for them once per merchant.
+local brk_prefixes = {}
 local function brk_ring_fields(c, ring_len)
+  if #brk_prefixes ~= ring_len then
+    brk_prefixes = {}
+    for slot = 0, ring_len - 1 do
+      brk_prefixes[slot + 1] = 'b' .. slot .. ':'
+    end
+  end
   local fields = {}
-  for slot = 0, ring_len - 1 do
-    fields[slot + 1] = 'b' .. slot .. ':' .. c
+  for i = 1, ring_len do
+    fields[i] = brk_prefixes[i] .. c
   end
   return fields
 end
@@ -104,8 +113,9 @@ local function brk_kind_of(field)
 end
 
 -- The poll of the index at `now`: deletes the entries past their lifetime,
--- sets the TTL a minute past the longest remaining one (a trip's
--- min(T + half_ms - now, cap_ms), an override's until_ms - now), and marks each trip seen
+-- sets the TTL to the longest remaining one (an override's until_ms -
+-- now), or to cap_ms while a trip is held (a trip's life is min(T +
+-- half_ms - now, cap_ms), and the key must outlive it), and marks each trip seen
 -- HALF-OPEN for the first time. Returns the entries left (flat: field,
 -- value, ...) and the transitions time made, each seen by exactly one poll
 -- (flat: field, value, what): 'half_open' for a trip whose OPEN ended,
@@ -115,6 +125,7 @@ end
 local function brk_poll(index, now, half, cap)
   local flat = redis.call('HGETALL', index)
   local kept, expired, marks, events, longest = {}, {}, {}, {}, 0
+  local has_trip = false
   for i = 1, #flat, 2 do
     local field, value = flat[i], flat[i + 1]
     local kind, ends = brk_kind_of(field), brk_lifetime_end(value)
@@ -143,15 +154,18 @@ local function brk_poll(index, now, half, cap)
       kept[#kept + 1] = field
       kept[#kept + 1] = value
       longest = math.max(longest, left)
+      has_trip = has_trip or kind == 't'
     end
   end
   brk_chunked(expired, function(...) redis.call('HDEL', index, ...) end)
   brk_chunked(marks, function(...) redis.call('HSET', index, ...) end)
-  if longest > 0 then
-    -- A minute past the last entry's end: the key must outlive its
-    -- entries, or it expires with the last one and the poll that would
-    -- have seen it end (and logged HALF-OPEN -> CLOSED) finds nothing.
-    redis.call('PEXPIRE', index, string.format('%d', longest + 60000))
+  if has_trip then
+    -- A trip's key lives the cap, re-armed by every poll: it must outlive
+    -- its trips, or it expires with the last one and the poll that would
+    -- see that trip end (and log HALF-OPEN -> CLOSED) finds nothing.
+    redis.call('PEXPIRE', index, string.format('%d', math.max(longest, cap)))
+  elseif longest > 0 then
+    redis.call('PEXPIRE', index, string.format('%d', longest))
   elseif #flat > 0 and redis.call('PTTL', index) == -1 then
     -- Only values it cannot read are left: they still get a TTL.
     redis.call('PEXPIRE', index, string.format('%d', cap))
@@ -159,10 +173,10 @@ local function brk_poll(index, now, half, cap)
   return kept, events
 end
 
--- After a write of a trip into the index: its TTL at least a minute past
--- `lifetime` (the poll that sees the trip end needs the key).
-local function brk_index_keep(index, lifetime)
-  if redis.call('PTTL', index) < lifetime + 60000 then
-    redis.call('PEXPIRE', index, brk_fmt(lifetime + 60000))
+-- After a write of a trip into the index: its TTL at least `cap`, the
+-- longest a trip is kept (the poll that sees the trip end needs the key).
+local function brk_index_keep(index, cap)
+  if redis.call('PTTL', index) < cap then
+    redis.call('PEXPIRE', index, brk_fmt(cap))
   end
 end

@@ -53,6 +53,9 @@ local function flush_merchant(key, tallies)
   -- and made after.
   local hset, hdel, hincr = {}, {}, {}
   local reply = {1}
+  -- Whether any connector of the hash has a trip record (its TTL then
+  -- follows the trip's rules, brk_keep_ttl).
+  local tripped_any = false
   for _, tally in ipairs(tallies) do
     local c = tally.c
     local ring = brk_ring_fields(c, ring_len)
@@ -104,6 +107,7 @@ local function flush_merchant(key, tallies)
     end
 
     if T then
+      tripped_any = true
       if now >= T and has_probes and tally.pu == T then
         hincr[#hincr + 1] = {'hc:' .. c, tally.pc}
         hincr[#hincr + 1] = {'hf:' .. c, tally.pf}
@@ -151,9 +155,15 @@ local function flush_merchant(key, tallies)
     reply[#reply + 1] = tf or 0
     reply[#reply + 1] = hc
     reply[#reply + 1] = hf
-    reply[#reply + 1] = #counted / 3
-    for _, n in ipairs(counted) do
-      reply[#reply + 1] = n
+    -- The ring only serves to foresee a trip as old calls age out, which
+    -- a window without failures never makes: sent only with failures.
+    if failures > 0 then
+      reply[#reply + 1] = #counted / 3
+      for _, n in ipairs(counted) do
+        reply[#reply + 1] = n
+      end
+    else
+      reply[#reply + 1] = 0
     end
   end
 
@@ -169,7 +179,15 @@ local function flush_merchant(key, tallies)
   for _, incr in ipairs(hincr) do
     redis.call('HINCRBY', key, incr[1], brk_fmt(incr[2]))
   end
-  if #hset > 0 or #hincr > 0 or #hdel > 0 then
+  if #hdel == 0 and #hincr == 0 and not tripped_any and pttl > 0 then
+    -- Only ring slots written to a hash that already had a TTL: its
+    -- counts need WINDOW plus a bucket, so it is re-armed to half_ms only
+    -- once less than WINDOW and two buckets is left, not at every tick
+    -- (a PEXPIRE per merchant per tick, for nothing).
+    if #hset > 0 and pttl < window + 2 * bucket_ms then
+      redis.call('PEXPIRE', key, brk_fmt(half))
+    end
+  elseif #hset > 0 or #hincr > 0 or #hdel > 0 then
     brk_keep_ttl(key, half)
   end
   return reply

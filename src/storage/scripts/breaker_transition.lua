@@ -82,7 +82,7 @@ local function transition(counts, open_key, kind, c, expect, field)
     redis.call('HSET', open_key, 'v', trip)
     redis.call('PEXPIRE', open_key, brk_fmt(open_for))
     redis.call('HSET', index, field, trip)
-    brk_index_keep(index, math.min(until_ms + half - now, cap))
+    brk_index_keep(index, cap)
     return {1, until_ms, calls, failures}
   end
 

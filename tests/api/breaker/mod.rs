@@ -211,14 +211,7 @@ async fn half_the_calls_failing_trips_and_every_pin_yields_within_two_seconds(
             let pttl: i64 = fred::prelude::KeysInterface::pttl(&app.inspect, &key)
                 .await
                 .unwrap();
-            // 2 x WINDOW; an index a minute more, so that it outlives
-            // its last entry.
-            let bound = if key.starts_with("sticky_brk_i{") {
-                180_000
-            } else {
-                120_000
-            };
-            assert!(pttl <= bound, "{key}: {pttl} ms");
+            assert!(pttl <= 120_000, "{key}: {pttl} ms");
         }
     }
     let metrics = app.scrape().await;

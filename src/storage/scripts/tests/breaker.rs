@@ -30,8 +30,6 @@ const W: i64 = 1_000;
 const B: i64 = 100;
 const OPEN_FOR: i64 = 3_000;
 const HALF: i64 = 2_000;
-/// How long the index outlives its last entry (`breaker_common.lua`).
-const GRACE: i64 = 60_000;
 /// A plausible Unix time in ms, on a bucket's start.
 const T0: i64 = 1_764_000_000_000;
 
@@ -500,8 +498,7 @@ fn the_index_sets_polls_prunes_and_keeps_its_ttl() {
             .await
             .unwrap();
     });
-    // The longest lifetime set: the override's 60 s. (A set writes no
-    // grace; a poll and a transition do.)
+    // The longest lifetime set: the override's 60 s.
     let ttl = h.pttl(&index_key("m"));
     assert!((59_000..=60_000).contains(&ttl), "{ttl}");
 
@@ -529,7 +526,7 @@ fn the_index_sets_polls_prunes_and_keeps_its_ttl() {
         ]
     );
     let ttl = h.pttl(&index_key("m"));
-    assert!((GRACE + 59_000..=GRACE + 59_990).contains(&ttl), "{ttl}");
+    assert!((59_000..=59_990).contains(&ttl), "{ttl}");
 
     // Past n/b's override and a's HALF-OPEN: both pruned; a's override
     // left, and the TTL is its remaining life.
@@ -541,10 +538,7 @@ fn the_index_sets_polls_prunes_and_keeps_its_ttl() {
     assert_eq!(h.strings(&index_key("m")).len(), 1);
     let left = over.until_ms - now;
     let ttl = h.pttl(&index_key("m"));
-    assert!(
-        (GRACE + left - 1_000..=GRACE + left).contains(&ttl),
-        "{ttl} vs {left}"
-    );
+    assert!((left - 1_000..=left).contains(&ttl), "{ttl} vs {left}");
 
     // A trip alone keeps the index for min(T + 2W - now, cap), the cap
     // being max(2W, OPEN_FOR).
@@ -571,7 +565,10 @@ fn the_index_sets_polls_prunes_and_keeps_its_ttl() {
     assert!((OPEN_FOR - 1_000..=OPEN_FOR).contains(&ttl), "{ttl}");
     assert_eq!(h.poll(t + HALF - 1_500).len(), 1);
     let ttl = h.pttl(&index_key("m"));
-    assert!((GRACE + 1..=GRACE + 1_500).contains(&ttl), "{ttl}");
+    // While it holds a trip, the index lives the cap, re-armed by every
+    // poll, so it outlives the trip (the poll that sees it end needs it).
+    let cap = HALF.max(OPEN_FOR);
+    assert!((cap - 1_000..=cap).contains(&ttl), "{ttl}");
 
     // A close clears only its own trip.
     h.runtime.block_on(async {
@@ -724,8 +721,6 @@ fn every_key_the_breaker_writes_has_a_ttl_within_the_bounds() {
         let ttl = h.pttl(&key);
         let bound = if key.starts_with("sticky_brk_o") {
             OPEN_FOR
-        } else if key.starts_with("sticky_brk_i{") {
-            bound + GRACE
         } else {
             bound
         };
@@ -827,7 +822,7 @@ fn a_tenants_breaker_is_its_own_and_every_key_it_writes_has_a_ttl() {
     for key in &keys {
         let ttl = h.pttl(key);
         let bound = if key.starts_with("sticky_brk_i{") {
-            GRACE + HALF.max(OPEN_FOR)
+            60_000
         } else if key.starts_with("sticky_brk_o") {
             OPEN_FOR
         } else {
