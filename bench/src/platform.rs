@@ -58,8 +58,10 @@ pub struct PlatformArgs {
     #[arg(long, default_value_t = 3)]
     pub platform_rounds: usize,
     /// The bound on the service's background Redis calls per second (one
-    /// instance), checked at every merchant count.
-    #[arg(long, default_value_t = 80.0)]
+    /// instance), checked at every merchant count: the service's own, 16
+    /// shards x (4 tick calls + 1 transition call + 4 experiment calls)
+    /// per 500 ms tick.
+    #[arg(long, default_value_t = 288.0)]
     pub max_background_rate: f64,
     /// The background rates at the fewest and the most merchants are of
     /// the same order when the larger is at most this many times the

@@ -30,8 +30,8 @@ use crate::domain::shards::{SHARDS, Shard};
 use crate::domain::tenant::Tenant;
 use crate::process::unix_millis;
 use crate::storage::{
-    BreakerTransition, ConnectorSnapshot, IndexEntry, MerchantTallies, PlannedTransition,
-    ShardTick, StorageError, TimeTransition,
+    BreakerTransition, ConnectorSnapshot, IndexEntry, MerchantTallies, NotApplied,
+    PlannedTransition, ShardTick, StorageError, TimeTransition,
 };
 
 /// How often tallies are flushed and the index is read.
@@ -126,6 +126,7 @@ async fn act(
     now: i64,
 ) -> Vec<IndexEntry> {
     let mut planned = Vec::new();
+    let mut unwritten = Vec::new();
     for (merchant, reply) in merchants.iter().zip(answer.merchants) {
         match reply {
             Ok(snapshots) => {
@@ -133,8 +134,28 @@ async fn act(
                     planned.extend(decide(breakers, merchant, snapshot, now));
                 }
             }
-            Err(error) => breakers.io_failed("flush", &error),
+            Err(error) => {
+                let unsent = matches!(
+                    error,
+                    StorageError::Unavailable {
+                        why: NotApplied::EarlierStepFailed,
+                        ..
+                    }
+                );
+                if !error.is_shed() && !unsent {
+                    breakers.io_failed("flush", &error);
+                }
+                // Nothing of it applied (a later call of the tick that
+                // failed, or was never sent): its counts wait for the
+                // next tick.
+                if matches!(error, StorageError::Unavailable { .. }) {
+                    unwritten.push(merchant.clone());
+                }
+            }
         }
+    }
+    if !unwritten.is_empty() {
+        breakers.pending.put_back(unwritten);
     }
     for timed in answer.timed {
         let (from, to) = match timed.kind {

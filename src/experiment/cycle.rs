@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Experiments;
 use crate::domain::shards::{SHARDS, Shard, shard_of};
-use crate::storage::{ExperimentEntry, StorageError};
+use crate::storage::{ExperimentEntry, NotApplied, StorageError};
 
 /// How often tallies are flushed.
 pub(super) const TICK: Duration = Duration::from_millis(500);
@@ -109,9 +109,20 @@ pub(super) async fn flush(experiments: &Arc<Experiments>) {
 
 impl Experiments {
     /// One hash Redis did not write: counted, and put back.
+    /// (Not counted as failed: shed on a full background lane, counted as
+    /// shed; or never sent, after an earlier call of the flush failed.)
     fn failed(&self, entry: &ExperimentEntry, error: &StorageError) {
         self.put_back_unwritten(entry, error);
-        self.io_failed("flush", error);
+        let unsent = matches!(
+            error,
+            StorageError::Unavailable {
+                why: NotApplied::EarlierStepFailed,
+                ..
+            }
+        );
+        if !error.is_shed() && !unsent {
+            self.io_failed("flush", error);
+        }
     }
 
     /// Counts that certainly were not written (Redis refused them, or they

@@ -36,6 +36,8 @@ use crate::domain::memory_guard::{GuardReading, MemoryLimit};
 use crate::domain::tenant::Tenant;
 use crate::telemetry::{Metrics, RedisCommand};
 
+#[cfg(test)]
+pub(crate) use breaker::tick_chunk as breaker_tick_chunk;
 pub use breaker::{
     BreakerTransition, ConnectorHealthRow, ConnectorSnapshot, ConnectorTally, IndexEntry,
     MerchantTallies, PlannedTransition, ShardTick, TimeTransition, TimedTransition,

@@ -38,7 +38,7 @@ use crate::domain::ids::MerchantId;
 use crate::domain::keys::{self, index_override_field, index_trip_field};
 use crate::domain::shards::{Shard, shard_of};
 use crate::domain::tenant::Tenant;
-use crate::storage::error::StorageError;
+use crate::storage::error::{NotApplied, StorageError};
 use crate::telemetry::RedisCommand;
 use codec::{decimal, index_cap_ms, no_pexpire, pairs_of, unexpected};
 
@@ -128,6 +128,21 @@ pub struct TimedTransition {
     pub kind: TimeTransition,
 }
 
+/// The most script calls one shard's tick (and one shard's experiment
+/// flush) makes: with 16 shards, at most 64 of each per tick per instance,
+/// whatever the number of merchants.
+pub const TICK_CALLS_PER_SHARD: usize = 4;
+
+/// Merchants per call below which a shard's tick is one call.
+const MIN_TICK_CHUNK: usize = 64;
+
+/// How many merchants go in each call of a tick of `merchants`: one call
+/// up to [`MIN_TICK_CHUNK`], then an even split over at most
+/// [`TICK_CALLS_PER_SHARD`] calls.
+pub(crate) fn tick_chunk(merchants: usize) -> usize {
+    MIN_TICK_CHUNK.max(merchants.div_ceil(TICK_CALLS_PER_SHARD))
+}
+
 /// What one shard's tick answered.
 #[derive(Debug)]
 pub struct ShardTick {
@@ -157,11 +172,63 @@ pub struct ConnectorHealthRow {
 }
 
 impl RedisStore {
-    /// One tick of one shard (breaker_flush.lua, one call): adds every
-    /// merchant's pending counts into Redis, answers each connector's
-    /// shared state, and polls the shard's index. `merchants` must all be
-    /// of `shard`; with none, it only polls.
+    /// One tick of one shard (breaker_flush.lua): adds every merchant's
+    /// pending counts into Redis, answers each connector's shared state,
+    /// and polls the shard's index. `merchants` must all be of `shard`;
+    /// with none, it only polls. The merchants go in at most
+    /// [`TICK_CALLS_PER_SHARD`] calls, one after the other, each of which
+    /// also polls: a call blocks Redis for its whole run, so a shard of
+    /// thousands of merchants in one call would hold every caller's
+    /// command behind it for milliseconds. When a call after the first
+    /// fails, the tick answers what the earlier ones wrote; that call's
+    /// merchants carry its error, and the later ones, never sent, are
+    /// `Unavailable` (`EarlierStepFailed`).
     pub async fn breaker_tick(
+        &self,
+        shard: Shard,
+        merchants: &[MerchantTallies],
+        now_ms: i64,
+        settings: &BreakerSettings,
+        deadline: Instant,
+    ) -> Result<ShardTick, StorageError> {
+        let size = tick_chunk(merchants.len());
+        let mut chunks = merchants.chunks(size.max(1));
+        let first = chunks.next().unwrap_or_default();
+        let mut tick = self
+            .breaker_tick_call(shard, first, now_ms, settings, deadline)
+            .await?;
+        let mut sent = first.len();
+        for chunk in chunks {
+            match self
+                .breaker_tick_call(shard, chunk, now_ms, settings, deadline)
+                .await
+            {
+                Ok(more) => {
+                    tick.merchants.extend(more.merchants);
+                    tick.index = more.index;
+                    tick.timed.extend(more.timed);
+                    sent += chunk.len();
+                }
+                Err(error) => {
+                    tick.merchants
+                        .extend(chunk.iter().map(|_| Err(error.clone())));
+                    sent += chunk.len();
+                    let unsent = merchants.len() - sent;
+                    tick.merchants.extend((0..unsent).map(|_| {
+                        Err(StorageError::Unavailable {
+                            why: NotApplied::EarlierStepFailed,
+                            detail: "an earlier call of this shard's tick failed".into(),
+                        })
+                    }));
+                    break;
+                }
+            }
+        }
+        Ok(tick)
+    }
+
+    /// One call of a shard's tick (breaker_flush.lua).
+    async fn breaker_tick_call(
         &self,
         shard: Shard,
         merchants: &[MerchantTallies],

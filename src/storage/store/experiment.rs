@@ -20,6 +20,7 @@ use fred::prelude::Value;
 use tokio::task::JoinSet;
 
 use super::RedisStore;
+use super::breaker::tick_chunk;
 use crate::domain::ids::MerchantId;
 use crate::domain::keys::{self, EXPERIMENT_FIELDS, ExperimentKey};
 use crate::domain::shards::{Shard, shard_of};
@@ -83,6 +84,12 @@ impl RedisStore {
     /// call), each hash's TTL set to `retention`: per entry, in order,
     /// `Ok` or why nothing of it was written. `entries` must all be of
     /// `shard`; an entry without counts is sent as none.
+    ///
+    /// As a breaker tick, the entries go in at most
+    /// [`super::breaker::TICK_CALLS_PER_SHARD`] calls, one after the other, so no call
+    /// holds Redis long; when a call after the first fails, its entries
+    /// carry its error and the later ones, never sent, are `Unavailable`
+    /// (`EarlierStepFailed`).
     pub async fn flush_experiment(
         &self,
         shard: Shard,
@@ -90,9 +97,43 @@ impl RedisStore {
         retention: Duration,
         deadline: Instant,
     ) -> Result<Vec<Result<(), StorageError>>, StorageError> {
-        if entries.is_empty() {
+        let mut chunks = entries.chunks(tick_chunk(entries.len()).max(1));
+        let Some(first) = chunks.next() else {
             return Ok(Vec::new());
+        };
+        let mut answers = self
+            .flush_experiment_call(shard, first, retention, deadline)
+            .await?;
+        for chunk in chunks {
+            match self
+                .flush_experiment_call(shard, chunk, retention, deadline)
+                .await
+            {
+                Ok(more) => answers.extend(more),
+                Err(error) => {
+                    answers.extend(chunk.iter().map(|_| Err(error.clone())));
+                    let unsent = entries.len() - answers.len();
+                    answers.extend((0..unsent).map(|_| {
+                        Err(StorageError::Unavailable {
+                            why: NotApplied::EarlierStepFailed,
+                            detail: "an earlier call of this shard's flush failed".into(),
+                        })
+                    }));
+                    break;
+                }
+            }
         }
+        Ok(answers)
+    }
+
+    /// One call of a shard's flush (experiment_flush.lua).
+    async fn flush_experiment_call(
+        &self,
+        shard: Shard,
+        entries: &[ExperimentEntry],
+        retention: Duration,
+        deadline: Instant,
+    ) -> Result<Vec<Result<(), StorageError>>, StorageError> {
         let keys: Vec<ExperimentKey> = entries
             .iter()
             .map(|e| keys::experiment_key(&e.tenant, &e.merchant, e.day))

@@ -52,7 +52,7 @@ fn tally(merchant: &MerchantId, calls: u64, failures: u64) -> MerchantTallies {
 }
 
 #[test]
-fn one_call_carries_every_merchant_of_the_shard_and_a_bad_one_fails_alone() {
+fn four_calls_carry_every_merchant_of_the_shard_and_a_bad_one_fails_alone() {
     let h = Harness::new();
     let s = settings();
     let shard = Shard::all().nth(3).unwrap();
@@ -96,7 +96,8 @@ fn one_call_carries_every_merchant_of_the_shard_and_a_bad_one_fails_alone() {
         assert!(ttl > 0 && ttl <= HALF.max(OPEN_FOR), "{ttl}");
     }
     assert!(h.raw(bad.as_str()).len() == 1, "the bad hash is untouched");
-    // One script call for the 200 merchants.
+    // Four script calls for the 200 merchants (64, 64, 64, 8), one after
+    // the other: never a call per merchant, and none holding Redis long.
     let calls = |text: &str| {
         text.lines()
             .find(|l| {
@@ -106,7 +107,19 @@ fn one_call_carries_every_merchant_of_the_shard_and_a_bad_one_fails_alone() {
             .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
             .unwrap_or(0)
     };
-    assert_eq!(calls(&after) - calls(&before), 1, "{after}");
+    assert_eq!(calls(&after) - calls(&before), 4, "{after}");
+}
+
+#[test]
+fn a_tick_is_at_most_four_calls_however_many_merchants() {
+    use crate::storage::store::breaker_tick_chunk as chunk;
+    for merchants in [0, 1, 64, 65, 200, 1_000, 100_000, 10_000_000] {
+        let size = chunk(merchants);
+        assert!(size >= 64, "{merchants}: {size}");
+        assert!(merchants.div_ceil(size) <= 4, "{merchants}: {size}");
+    }
+    assert_eq!(chunk(64), 64, "one call up to 64");
+    assert_eq!(chunk(100_000), 25_000);
 }
 
 #[test]
