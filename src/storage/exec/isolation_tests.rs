@@ -31,6 +31,8 @@ use crate::telemetry::{Metrics, RedisCommand};
 
 /// Commands in flight per connection: small, so a test can fill a lane.
 const QUEUE_LIMIT: usize = 4;
+/// The background lane's slots: its floor, above QUEUE_LIMIT.
+const BACKGROUND_SLOTS: usize = crate::storage::topology::BACKGROUND_MIN_SLOTS;
 /// Request-path connections per node.
 const POOL_SIZE: usize = 2;
 /// A breaker key (the service's user may write it).
@@ -95,7 +97,7 @@ async fn a_background_burst_takes_no_request_slot_and_readiness_needs_none() {
     redis.signal("-STOP");
 
     let mut background = JoinSet::new();
-    for _ in 0..QUEUE_LIMIT {
+    for _ in 0..BACKGROUND_SLOTS {
         let store = store.clone();
         background.spawn(async move {
             let exec = store.exec();

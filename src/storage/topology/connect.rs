@@ -57,6 +57,7 @@ pub(super) fn start_pool(
     config: Config,
     redis: &RedisSettings,
     size: usize,
+    queue_limit: usize,
     problem: &Arc<Mutex<Option<String>>>,
     tasks: &TaskTracker,
     stop: &CancellationToken,
@@ -73,7 +74,7 @@ pub(super) fn start_pool(
             c.tcp.nodelay = Some(true);
             // A bounded queue: past it a call is refused at once, with
             // nothing sent, instead of waiting out its deadline.
-            c.max_command_buffer_len = redis.queue_limit;
+            c.max_command_buffer_len = queue_limit;
         })
         .with_performance_config(|p| p.default_command_timeout = redis.command_timeout)
         .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))

@@ -28,6 +28,13 @@ use super::connect::start_pool;
 /// scripts per tick, never a caller's, so one connection carries them.
 pub(crate) const BACKGROUND_CONNECTIONS: usize = 1;
 
+/// The fewest in-flight slots the background lane has, whatever
+/// `REDIS_QUEUE_LIMIT` says: a tick has at most one call in flight per
+/// shard for each of the breaker's counts, its transitions and the
+/// experiment counts (48), so a queue limit set low for callers' sake
+/// must not shed the background's own tick every time.
+pub(crate) const BACKGROUND_MIN_SLOTS: usize = 64;
+
 /// Which lane a call takes on its node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Lane {
@@ -68,11 +75,21 @@ impl Lanes {
         tasks: &TaskTracker,
         stop: &CancellationToken,
     ) -> Result<Self, Error> {
-        let request = start_pool(config.clone(), redis, redis.pool_size, problem, tasks, stop)?;
+        let request = start_pool(
+            config.clone(),
+            redis,
+            redis.pool_size,
+            redis.queue_limit,
+            problem,
+            tasks,
+            stop,
+        )?;
+        let background_limit = redis.queue_limit.max(BACKGROUND_MIN_SLOTS);
         let background = start_pool(
             config.clone(),
             redis,
             BACKGROUND_CONNECTIONS,
+            background_limit,
             problem,
             tasks,
             stop,
@@ -81,7 +98,11 @@ impl Lanes {
             request,
             request_slots: slots(redis, redis.pool_size),
             background,
-            background_slots: slots(redis, BACKGROUND_CONNECTIONS),
+            background_slots: Arc::new(Semaphore::new(
+                background_limit
+                    .saturating_mul(BACKGROUND_CONNECTIONS)
+                    .min(Semaphore::MAX_PERMITS),
+            )),
         })
     }
 

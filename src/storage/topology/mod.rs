@@ -23,6 +23,8 @@ pub(super) use backend::Backend;
 pub(super) use cluster::{Cluster, Node};
 pub(super) use connect::{scan_client, spawn_until_stopped};
 pub(super) use guard::NodeGuard;
+#[cfg(test)]
+pub(crate) use lanes::BACKGROUND_MIN_SLOTS;
 pub(super) use lanes::{Lane, Lanes};
 pub(super) use memory_watch::watch as watch_memory;
 pub(super) use sentinel_watch::SentinelWatch;
