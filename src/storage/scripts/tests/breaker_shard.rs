@@ -110,6 +110,60 @@ fn four_calls_carry_every_merchant_of_the_shard_and_a_bad_one_fails_alone() {
     assert_eq!(calls(&after) - calls(&before), 4, "{after}");
 }
 
+/// A call of a tick that fails after the first: the earlier calls' merchants
+/// are answered, the failing call's carry its error (not `Unavailable`: a
+/// script that stopped part-way may have written some of them, so their
+/// counts must not be sent again), and the later calls, never sent, are
+/// `Unavailable` (`EarlierStepFailed`), with nothing of them written.
+#[test]
+fn a_failing_call_after_the_first_leaves_the_earlier_written_and_the_later_unsent() {
+    let h = Harness::new();
+    let s = settings();
+    let shard = Shard::all().nth(2).unwrap();
+    let ms = merchants_of(shard, 200);
+    // A string where the 70th merchant's counts hash goes: the second call
+    // (merchants 64..128) stops there with WRONGTYPE.
+    let wrong = keys::breaker_counts_key(&Tenant::DEFAULT, &ms[70]);
+    h.runtime
+        .block_on(
+            h.inspect
+                .set::<(), _, _>(wrong.as_str(), "x", None, None, false),
+        )
+        .unwrap();
+    let sent: Vec<MerchantTallies> = ms.iter().map(|m| tally(m, 1, 0)).collect();
+    let tick = h
+        .runtime
+        .block_on(h.store.breaker_tick(shard, &sent, T0, &s, deadline()))
+        .unwrap();
+    assert_eq!(tick.merchants.len(), 200);
+    for (i, reply) in tick.merchants.iter().enumerate() {
+        let key = keys::breaker_counts_key(&Tenant::DEFAULT, &ms[i]);
+        match i {
+            0..64 => {
+                assert!(reply.is_ok(), "{i}: {reply:?}");
+                assert!(!h.raw(key.as_str()).is_empty(), "{i} written");
+            }
+            64..128 => assert!(
+                matches!(reply, Err(StorageError::Unexpected(_))),
+                "{i}: {reply:?}"
+            ),
+            _ => {
+                assert!(
+                    matches!(
+                        reply,
+                        Err(StorageError::Unavailable {
+                            why: crate::storage::NotApplied::EarlierStepFailed,
+                            ..
+                        })
+                    ),
+                    "{i}: {reply:?}"
+                );
+                assert!(h.raw(key.as_str()).is_empty(), "{i} not written");
+            }
+        }
+    }
+}
+
 #[test]
 fn a_tick_is_at_most_four_calls_however_many_merchants() {
     use crate::storage::store::breaker_tick_chunk as chunk;
