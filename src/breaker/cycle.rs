@@ -30,8 +30,8 @@ use crate::domain::shards::{SHARDS, Shard};
 use crate::domain::tenant::Tenant;
 use crate::process::unix_millis;
 use crate::storage::{
-    BreakerTransition, ConnectorSnapshot, IndexEntry, MerchantTallies, NotApplied,
-    PlannedTransition, ShardTick, StorageError, TimeTransition,
+    BreakerTransition, ConnectorSnapshot, IndexEntry, MerchantTallies, PlannedTransition,
+    ShardTick, StorageError, TimeTransition,
 };
 
 /// How often tallies are flushed and the index is read.
@@ -81,7 +81,7 @@ pub(super) async fn tick(breakers: &Arc<Breakers>) {
             match answer {
                 Ok(answer) => Some((shard, act(&breakers, shard, &merchants, answer, now).await)),
                 Err(error) => {
-                    if !error.is_shed() {
+                    if error.is_background_failure() {
                         breakers.io_failed("flush", &error);
                     }
                     // Nothing applied (shed on a full background lane, no
@@ -135,14 +135,7 @@ async fn act(
                 }
             }
             Err(error) => {
-                let unsent = matches!(
-                    error,
-                    StorageError::Unavailable {
-                        why: NotApplied::EarlierStepFailed,
-                        ..
-                    }
-                );
-                if !error.is_shed() && !unsent {
+                if error.is_background_failure() {
                     breakers.io_failed("flush", &error);
                 }
                 // Nothing of it applied (a later call of the tick that

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Experiments;
 use crate::domain::shards::{SHARDS, Shard, shard_of};
-use crate::storage::{ExperimentEntry, NotApplied, StorageError};
+use crate::storage::{ExperimentEntry, StorageError};
 
 /// How often tallies are flushed.
 pub(super) const TICK: Duration = Duration::from_millis(500);
@@ -97,7 +97,7 @@ pub(super) async fn flush(experiments: &Arc<Experiments>) {
                         experiments.put_back_unwritten(entry, &error);
                     }
                     // A shed flush is counted as shed, not as a failure.
-                    if !error.is_shed() {
+                    if error.is_background_failure() {
                         experiments.io_failed("flush", &error);
                     }
                 }
@@ -113,14 +113,7 @@ impl Experiments {
     /// shed; or never sent, after an earlier call of the flush failed.)
     fn failed(&self, entry: &ExperimentEntry, error: &StorageError) {
         self.put_back_unwritten(entry, error);
-        let unsent = matches!(
-            error,
-            StorageError::Unavailable {
-                why: NotApplied::EarlierStepFailed,
-                ..
-            }
-        );
-        if !error.is_shed() && !unsent {
+        if error.is_background_failure() {
             self.io_failed("flush", error);
         }
     }

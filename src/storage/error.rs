@@ -241,6 +241,42 @@ impl StorageError {
         )
     }
 
+    /// Background work past a chunked call that failed: never sent.
+    pub(crate) fn earlier_call_failed() -> Self {
+        Self::Unavailable {
+            why: NotApplied::EarlierStepFailed,
+            detail: "an earlier call of this shard's background work failed".into(),
+        }
+    }
+
+    /// Whether a background call's failure is one to count as an io
+    /// failure: not when it was shed (counted as shed) or never sent after
+    /// an earlier call of its tick failed (that one is counted).
+    pub(crate) fn is_background_failure(&self) -> bool {
+        !self.is_shed()
+            && !matches!(
+                self,
+                Self::Unavailable {
+                    why: NotApplied::EarlierStepFailed,
+                    ..
+                }
+            )
+    }
+
+    /// The answers of a chunked background call from its failing chunk on:
+    /// `failed` answers carry `error`, and the rest up to `total`, never
+    /// sent, [`Self::earlier_call_failed`].
+    pub(crate) fn fill_after_failure<T>(
+        answers: &mut Vec<Result<T, Self>>,
+        error: &Self,
+        failed: usize,
+        total: usize,
+    ) {
+        answers.extend((0..failed).map(|_| Err(error.clone())));
+        let unsent = total.saturating_sub(answers.len());
+        answers.extend((0..unsent).map(|_| Err(Self::earlier_call_failed())));
+    }
+
     /// Whether the service's Redis user lacked a permission for this call:
     /// refused unsent, by a script's own check, inside a script, or by
     /// Redis before running it.

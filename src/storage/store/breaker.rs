@@ -38,7 +38,7 @@ use crate::domain::ids::MerchantId;
 use crate::domain::keys::{self, index_override_field, index_trip_field};
 use crate::domain::shards::{Shard, shard_of};
 use crate::domain::tenant::Tenant;
-use crate::storage::error::{NotApplied, StorageError};
+use crate::storage::error::StorageError;
 use crate::telemetry::RedisCommand;
 use codec::{decimal, index_cap_ms, no_pexpire, pairs_of, unexpected};
 
@@ -197,7 +197,6 @@ impl RedisStore {
         let mut tick = self
             .breaker_tick_call(shard, first, now_ms, settings, deadline)
             .await?;
-        let mut sent = first.len();
         for chunk in chunks {
             match self
                 .breaker_tick_call(shard, chunk, now_ms, settings, deadline)
@@ -207,19 +206,14 @@ impl RedisStore {
                     tick.merchants.extend(more.merchants);
                     tick.index = more.index;
                     tick.timed.extend(more.timed);
-                    sent += chunk.len();
                 }
                 Err(error) => {
-                    tick.merchants
-                        .extend(chunk.iter().map(|_| Err(error.clone())));
-                    sent += chunk.len();
-                    let unsent = merchants.len() - sent;
-                    tick.merchants.extend((0..unsent).map(|_| {
-                        Err(StorageError::Unavailable {
-                            why: NotApplied::EarlierStepFailed,
-                            detail: "an earlier call of this shard's tick failed".into(),
-                        })
-                    }));
+                    StorageError::fill_after_failure(
+                        &mut tick.merchants,
+                        &error,
+                        chunk.len(),
+                        merchants.len(),
+                    );
                     break;
                 }
             }

@@ -111,14 +111,12 @@ impl RedisStore {
             {
                 Ok(more) => answers.extend(more),
                 Err(error) => {
-                    answers.extend(chunk.iter().map(|_| Err(error.clone())));
-                    let unsent = entries.len() - answers.len();
-                    answers.extend((0..unsent).map(|_| {
-                        Err(StorageError::Unavailable {
-                            why: NotApplied::EarlierStepFailed,
-                            detail: "an earlier call of this shard's flush failed".into(),
-                        })
-                    }));
+                    StorageError::fill_after_failure(
+                        &mut answers,
+                        &error,
+                        chunk.len(),
+                        entries.len(),
+                    );
                     break;
                 }
             }
