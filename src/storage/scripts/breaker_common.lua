@@ -3,7 +3,11 @@
 -- breaker counts hash of one merchant, and the shard's index.
 --
 -- A merchant's counts hash (sticky_brk_c{S}M), fields for connector c:
---   b<slot>:<c>  "<bucket> <calls> <failures>", slot = bucket mod ring_len
+--   r:<c>        the window's ring: per bucket with calls that still
+--                counted when it was written, oldest first, three i8s
+--                (struct, little-endian): bucket, calls, failures. Binary:
+--                a tick reads and writes it for every merchant it flushes,
+--                and text would cost a strtod and a printf per number.
 --   t:<c>        "<open_until_ms> <calls> <failures>": the trip, from the
 --                trip until the close
 --   hc:<c> hf:<c> probe calls and failures of the half-open that t names
@@ -38,22 +42,28 @@ local function brk_counts_in_window(bucket, now, window, bucket_ms)
   return (bucket + 1) * bucket_ms + window > now and bucket <= math.floor(now / bucket_ms)
 end
 
--- The ring slot fields of connector `c`, slot 0 first. The "b<slot>:"
--- prefixes are made once per script call: a number made text costs a
--- printf in Redis's Lua, and a tick asks for them once per merchant.
-local brk_prefixes = {}
-local function brk_ring_fields(c, ring_len)
-  if #brk_prefixes ~= ring_len then
-    brk_prefixes = {}
-    for slot = 0, ring_len - 1 do
-      brk_prefixes[slot + 1] = 'b' .. slot .. ':'
-    end
+-- A ring field's buckets as a list of {bucket, calls, failures}, as kept;
+-- nil for a value this service does not write.
+local function brk_ring(value, ring_len)
+  local slots = {}
+  if not value then return slots end
+  if #value % 24 ~= 0 or #value > 24 * ring_len then return nil end
+  local at = 1
+  for i = 1, #value / 24 do
+    local b, n, f
+    b, n, f, at = struct.unpack('<i8i8i8', value, at)
+    slots[i] = {b, n, f}
   end
-  local fields = {}
-  for i = 1, ring_len do
-    fields[i] = brk_prefixes[i] .. c
+  return slots
+end
+
+-- A ring field's value: the slots' triples, in the order given.
+local function brk_ring_value(slots)
+  local parts = {}
+  for i, slot in ipairs(slots) do
+    parts[i] = struct.pack('<i8i8i8', slot[1], slot[2], slot[3])
   end
-  return fields
+  return table.concat(parts)
 end
 
 -- After a write to `key` that needs it to last `at_least` ms: its TTL,

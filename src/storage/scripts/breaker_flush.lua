@@ -17,9 +17,8 @@
 --     (it expired during a long OPEN): t = "U 0 0" is made again and they
 --     are added (and the bucket counts dropped: the breaker is HALF-OPEN).
 --     Otherwise probes are dropped, and each bucket count that still counts
---     at now is added into its ring slot (a slot holding an older bucket is
---     reset first; one holding a newer one keeps it). Ring slots whose
---     bucket no longer counts are deleted.
+--     at now is added into the ring (r:<c>) under its bucket. Buckets that
+--     no longer count leave the ring when it is written.
 -- Every check of a merchant comes before its first write: a value this
 -- service does not write stops that merchant's flush with nothing of it
 -- written (the other merchants' go on).
@@ -29,17 +28,21 @@
 -- ARGV[1]  now (ms)   ARGV[2]  window_ms   ARGV[3]  bucket_ms
 -- ARGV[4]  ring_len   ARGV[5]  half_ms (2 x window: how long HALF-OPEN lasts)
 -- ARGV[6]  cap_ms (the longest an index entry of a trip is kept)
--- then per merchant, in KEYS' order: the number of its connectors, then per
---   connector: c, nbuckets, (bucket, calls, failures) x nbuckets,
---   probe_until (0 = no probe counts), probe_calls, probe_failures
+-- ARGV[7]  the merchants' tallies, packed (struct, little-endian; one
+--   string, not an argument per number: Redis makes a Lua string of each
+--   argument, and the service a frame of each, per merchant per tick).
+--   Per merchant, in KEYS' order: I2 its connectors, then per connector:
+--   I2 length and the bytes of c, I2 nbuckets, (i8 bucket, i8 calls,
+--   i8 failures) x nbuckets, i8 probe_until (0 = no probe counts),
+--   i8 probe_calls, i8 probe_failures
 -- Returns {1, merchants, kept, events}:
---   merchants: per merchant, {1, then per connector in order: window_calls,
---     window_failures, T or 0, trip_calls, trip_failures, hc, hf, n, then n
---     triples bucket, calls, failures: the window's ring slots}; or, with
---     nothing of it written, {-1} when a stored value is not one this
---     service writes, {-2} when the hash is new and the service's Redis
---     user may not PEXPIRE it. A write sets the hash's TTL to max(PTTL,
---     half_ms).
+--   merchants: per merchant a string of i8s (little-endian): 1, then per
+--     connector in order: window_calls, window_failures, T or 0,
+--     trip_calls, trip_failures, hc, hf, n, then n triples bucket, calls,
+--     failures: the window's ring; or, with nothing of it written,
+--     -1 when a stored value is not one this service writes, -2 when the
+--     hash is new and the service's Redis user may not PEXPIRE it. A write
+--     sets the hash's TTL to max(PTTL, half_ms).
 --   kept, events: the index's poll (brk_poll in breaker_common.lua).
 local index = KEYS[1]
 local now, window, bucket_ms = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -52,31 +55,26 @@ local function flush_merchant(key, tallies)
   -- First every read, check and decision; the writes are kept in order
   -- and made after.
   local hset, hdel, hincr = {}, {}, {}
-  local reply = {1}
+  local reply = {struct.pack('<i8', 1)}
   -- Whether any connector of the hash has a trip record (its TTL then
   -- follows the trip's rules, brk_keep_ttl).
   local tripped_any = false
   for _, tally in ipairs(tallies) do
     local c = tally.c
-    local ring = brk_ring_fields(c, ring_len)
-    local stored = redis.call('HMGET', key, 't:' .. c, 'x:' .. c, 'hc:' .. c, 'hf:' .. c, unpack(ring))
+    local ring_field = 'r:' .. c
+    local stored = redis.call('HMGET', key, 't:' .. c, 'x:' .. c, 'hc:' .. c, 'hf:' .. c, ring_field)
     local T, tc, tf
     if stored[1] then
       T, tc, tf = brk_triple(stored[1])
-      if not T then return {-1} end
+      if not T then return struct.pack('<i8', -1) end
     end
     local x = stored[2] and brk_whole(stored[2])
     local hc, hf = brk_whole(stored[3]), brk_whole(stored[4])
-    if (stored[2] and not x) or not hc or not hf then return {-1} end
-    local slots = {}
-    for slot = 0, ring_len - 1 do
-      local value = stored[5 + slot]
-      if value then
-        local b, n, f = brk_triple(value)
-        if not b then return {-1} end
-        slots[slot] = {b, n, f}
-      end
-    end
+    if (stored[2] and not x) or not hc or not hf then return struct.pack('<i8', -1) end
+    local slots = brk_ring(stored[5], ring_len)
+    if not slots then return struct.pack('<i8', -1) end
+    -- Whether the ring must be written (or deleted) to say what it holds.
+    local ring_dirty = false
 
     if T and now >= T + half then
       -- An undecided HALF-OPEN timed out: CLOSED again.
@@ -98,11 +96,9 @@ local function flush_merchant(key, tallies)
       hset[#hset + 1] = '0'
       hset[#hset + 1] = 'hf:' .. c
       hset[#hset + 1] = '0'
-      for slot = 0, ring_len - 1 do
-        if slots[slot] then
-          hdel[#hdel + 1] = ring[slot + 1]
-          slots[slot] = nil
-        end
+      if #slots > 0 then
+        hdel[#hdel + 1] = ring_field
+        slots = {}
       end
     end
 
@@ -117,70 +113,78 @@ local function flush_merchant(key, tallies)
       for _, bucket in ipairs(tally.buckets) do
         local b = bucket[1]
         if brk_counts_in_window(b, now, window, bucket_ms) then
-          local slot = b % ring_len
-          local held = slots[slot]
-          if not held or held[1] < b then
-            slots[slot] = {b, bucket[2], bucket[3], dirty = true}
-          elseif held[1] == b then
-            held[2], held[3], held.dirty = held[2] + bucket[2], held[3] + bucket[3], true
+          local held
+          for _, slot in ipairs(slots) do
+            if slot[1] == b then held = slot end
           end
-          -- A slot holding a newer bucket: this one cannot count any more
-          -- (the ring spans more than a window), so it is dropped.
+          if held then
+            held[2], held[3] = held[2] + bucket[2], held[3] + bucket[3]
+          else
+            slots[#slots + 1] = {b, bucket[2], bucket[3]}
+          end
+          ring_dirty = true
         end
       end
     end
 
-    local calls, failures, counted = 0, 0, {}
-    for slot = 0, ring_len - 1 do
-      local held = slots[slot]
-      if held then
-        if brk_counts_in_window(held[1], now, window, bucket_ms) then
-          calls, failures = calls + held[2], failures + held[3]
-          counted[#counted + 1] = held[1]
-          counted[#counted + 1] = held[2]
-          counted[#counted + 1] = held[3]
-          if held.dirty then
-            hset[#hset + 1] = ring[slot + 1]
-            hset[#hset + 1] = string.format('%d %d %d', held[1], held[2], held[3])
-          end
-        elseif held[1] < math.floor(now / bucket_ms) and not held.dirty then
-          hdel[#hdel + 1] = ring[slot + 1]
-        end
+    -- The buckets that still count, and those of another instance's clock
+    -- ahead of ours (they count later); a write drops the rest and keeps
+    -- at most ring_len, the newest.
+    local calls, failures, counted, live = 0, 0, {}, {}
+    local this_bucket = math.floor(now / bucket_ms)
+    for _, held in ipairs(slots) do
+      if brk_counts_in_window(held[1], now, window, bucket_ms) then
+        calls, failures = calls + held[2], failures + held[3]
+        counted[#counted + 1] = held[1]
+        counted[#counted + 1] = held[2]
+        counted[#counted + 1] = held[3]
+        live[#live + 1] = held
+      elseif held[1] > this_bucket then
+        live[#live + 1] = held
+      else
+        ring_dirty = true
       end
     end
-    reply[#reply + 1] = calls
-    reply[#reply + 1] = failures
-    reply[#reply + 1] = T or 0
-    reply[#reply + 1] = tc or 0
-    reply[#reply + 1] = tf or 0
-    reply[#reply + 1] = hc
-    reply[#reply + 1] = hf
+    if ring_dirty then
+      if #live > ring_len then
+        table.sort(live, function(p, q) return p[1] < q[1] end)
+        while #live > ring_len do
+          table.remove(live, 1)
+        end
+      end
+      if #live > 0 then
+        hset[#hset + 1] = ring_field
+        hset[#hset + 1] = brk_ring_value(live)
+      elseif #slots > 0 then
+        hdel[#hdel + 1] = ring_field
+      end
+    end
     -- The ring only serves to foresee a trip as old calls age out, which
     -- a window without failures never makes: sent only with failures.
-    if failures > 0 then
-      reply[#reply + 1] = #counted / 3
-      for _, n in ipairs(counted) do
-        reply[#reply + 1] = n
-      end
-    else
-      reply[#reply + 1] = 0
+    local n = failures > 0 and #counted / 3 or 0
+    reply[#reply + 1] = struct.pack('<i8i8i8i8i8i8i8i8', calls, failures, T or 0, tc or 0,
+      tf or 0, hc, hf, n)
+    for i = 1, 3 * n do
+      reply[#reply + 1] = struct.pack('<i8', counted[i])
     end
   end
 
   if #hset > 0 or #hincr > 0 then
     if not brk_may_create(key, pttl) then
-      return {-2}
+      return struct.pack('<i8', -2)
     end
   end
   -- Deletions first, so a field both dropped and made again above (a timed
   -- out trip, then a lost one made again) ends as made.
-  brk_chunked(hdel, function(...) redis.call('HDEL', key, ...) end)
-  brk_chunked(hset, function(...) redis.call('HSET', key, ...) end)
+  -- (A merchant's fields are a few per connector: one call each, no
+  -- chunks, and no closure made per merchant.)
+  if #hdel > 0 then redis.call('HDEL', key, unpack(hdel)) end
+  if #hset > 0 then redis.call('HSET', key, unpack(hset)) end
   for _, incr in ipairs(hincr) do
     redis.call('HINCRBY', key, incr[1], brk_fmt(incr[2]))
   end
   if #hdel == 0 and #hincr == 0 and not tripped_any and pttl > 0 then
-    -- Only ring slots written to a hash that already had a TTL: its
+    -- Only rings written to a hash that already had a TTL: its
     -- counts need WINDOW plus a bucket, so it is re-armed to half_ms only
     -- once less than WINDOW and two buckets is left, not at every tick
     -- (a PEXPIRE per merchant per tick, for nothing).
@@ -190,25 +194,26 @@ local function flush_merchant(key, tallies)
   elseif #hset > 0 or #hincr > 0 or #hdel > 0 then
     brk_keep_ttl(key, half)
   end
-  return reply
+  return table.concat(reply)
 end
 
 -- The merchants' tallies, as sent, each flushed in turn.
-local merchants, at = {}, 7
+local merchants, packed, at = {}, ARGV[7], 1
 for m = 2, #KEYS do
-  local tallies = {}
-  local connectors = tonumber(ARGV[at])
-  at = at + 1
+  local tallies, connectors = {}, nil
+  connectors, at = struct.unpack('<I2', packed, at)
   for _ = 1, connectors do
-    local tally = {c = ARGV[at], buckets = {}}
-    local n = tonumber(ARGV[at + 1])
-    at = at + 2
+    local len, c, n
+    len, at = struct.unpack('<I2', packed, at)
+    c, at = string.sub(packed, at, at + len - 1), at + len
+    local tally = {c = c, buckets = {}}
+    n, at = struct.unpack('<I2', packed, at)
     for i = 1, n do
-      tally.buckets[i] = {tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])}
-      at = at + 3
+      local b, calls, f
+      b, calls, f, at = struct.unpack('<i8i8i8', packed, at)
+      tally.buckets[i] = {b, calls, f}
     end
-    tally.pu, tally.pc, tally.pf = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
-    at = at + 3
+    tally.pu, tally.pc, tally.pf, at = struct.unpack('<i8i8i8', packed, at)
     tallies[#tallies + 1] = tally
   end
   merchants[#merchants + 1] = flush_merchant(KEYS[m], tallies)

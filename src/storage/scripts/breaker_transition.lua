@@ -46,8 +46,8 @@ local window, bucket_ms, ring_len = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumb
 local cap = tonumber(ARGV[7])
 
 local function transition(counts, open_key, kind, c, expect, field)
-  local ring = brk_ring_fields(c, ring_len)
-  local stored = redis.call('HMGET', counts, 't:' .. c, 'hc:' .. c, 'hf:' .. c, unpack(ring))
+  local ring_field = 'r:' .. c
+  local stored = redis.call('HMGET', counts, 't:' .. c, 'hc:' .. c, 'hf:' .. c, ring_field)
   local T, tc, tf
   if stored[1] then
     T, tc, tf = brk_triple(stored[1])
@@ -55,13 +55,12 @@ local function transition(counts, open_key, kind, c, expect, field)
   end
   local hc, hf = brk_whole(stored[2]), brk_whole(stored[3])
   if not hc or not hf then return {-1} end
+  local slots = brk_ring(stored[4], ring_len)
+  if not slots then return {-1} end
   local pttl = redis.call('PTTL', counts)
 
   -- Everything this breaker keeps, but the trip record and x.
-  local gone = {'hc:' .. c, 'hf:' .. c}
-  for _, ring_field in ipairs(ring) do
-    gone[#gone + 1] = ring_field
-  end
+  local gone = {'hc:' .. c, 'hf:' .. c, ring_field}
 
   -- OPEN from now for open_for, with `calls` and `failures` as its counts;
   -- `closed` the trip before it, if it timed out.
@@ -91,13 +90,9 @@ local function transition(counts, open_key, kind, c, expect, field)
       return {0}
     end
     local calls, failures = 0, 0
-    for slot = 1, ring_len do
-      if stored[3 + slot] then
-        local b, n, f = brk_triple(stored[3 + slot])
-        if not b then return {-1} end
-        if brk_counts_in_window(b, now, window, bucket_ms) then
-          calls, failures = calls + n, failures + f
-        end
+    for _, slot in ipairs(slots) do
+      if brk_counts_in_window(slot[1], now, window, bucket_ms) then
+        calls, failures = calls + slot[2], failures + slot[3]
       end
     end
     return open(calls, failures, T)

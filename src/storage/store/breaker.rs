@@ -381,7 +381,7 @@ impl RedisStore {
                 |client| async move { client.hgetall::<Value, _>(index_key).await },
             ),
         );
-        let counts = pairs_of(counts?.into_array());
+        let counts = codec::byte_pairs_of(counts?.into_array());
         let index = pairs_of(index?.into_array());
         health::health_rows(tenant, merchant, &counts, &index, now_ms, settings)
     }

@@ -99,7 +99,7 @@ async fn twenty_thousand_merchants_fail_no_call_and_count_exactly(#[case] topolo
         "health left SERVING"
     );
 
-    // Every count, exactly: the breaker's ring slots and the experiment's
+    // Every count, exactly: the breaker's rings and the experiment's
     // treated-and-followed outcomes (mode on, no holdout).
     let keys = app.keys().await;
     let counts: Vec<String> = keys
@@ -115,17 +115,23 @@ async fn twenty_thousand_merchants_fail_no_call_and_count_exactly(#[case] topolo
     let (mut calls, mut failed) = (0u64, 0u64);
     for hash in hashes(&app, &counts).await {
         for (field, value) in hash {
-            if field.starts_with('b') {
-                let numbers: Vec<u64> = value.split(' ').map(|n| n.parse().unwrap()).collect();
-                calls += numbers[1];
-                failed += numbers[2];
+            // A connector's ring: per bucket three i8s (bucket, calls,
+            // failures).
+            if field.starts_with("r:") {
+                for bucket in value.chunks_exact(24) {
+                    let n = |at: usize| i64::from_le_bytes(bucket[at..at + 8].try_into().unwrap());
+                    calls += n(8) as u64;
+                    failed += n(16) as u64;
+                }
             }
         }
     }
     let mut outcomes = [0u64; EXPERIMENT_FIELDS.len()];
     for hash in hashes(&app, &days).await {
         for (at, field) in EXPERIMENT_FIELDS.iter().enumerate() {
-            outcomes[at] += hash.get(*field).map_or(0, |n| n.parse::<u64>().unwrap());
+            outcomes[at] += hash.get(*field).map_or(0, |n| {
+                std::str::from_utf8(n).unwrap().parse::<u64>().unwrap()
+            });
         }
     }
     let merchants = counts.len();
@@ -169,14 +175,14 @@ async fn twenty_thousand_merchants_fail_no_call_and_count_exactly(#[case] topolo
 }
 
 /// Every hash of `keys`, read 16 at a time.
-async fn hashes(app: &TestApp, keys: &[String]) -> Vec<std::collections::HashMap<String, String>> {
+async fn hashes(app: &TestApp, keys: &[String]) -> Vec<std::collections::HashMap<String, Vec<u8>>> {
     let mut reads = tokio::task::JoinSet::new();
     for chunk in keys.chunks(keys.len().div_ceil(16).max(1)) {
         let (client, chunk) = (app.inspect.clone(), chunk.to_vec());
         reads.spawn(async move {
             let mut read = Vec::with_capacity(chunk.len());
             for key in chunk {
-                let hash: std::collections::HashMap<String, String> =
+                let hash: std::collections::HashMap<String, Vec<u8>> =
                     fred::interfaces::HashesInterface::hgetall(&client, key.as_str())
                         .await
                         .unwrap();

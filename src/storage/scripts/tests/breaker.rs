@@ -167,7 +167,7 @@ fn the_ring_has_the_domains_shape() {
 }
 
 #[test]
-fn a_flush_adds_into_ring_slots_and_sums_only_the_window() {
+fn a_flush_adds_into_the_ring_and_sums_only_the_window() {
     let h = Harness::new();
     let s = settings();
     let b0 = s.bucket_of(T0);
@@ -185,14 +185,14 @@ fn a_flush_adds_into_ring_slots_and_sums_only_the_window() {
         T0 + B + 5,
     );
     assert_eq!(second[0].window, counts(6, 2));
-    let stored = h.strings(&counts_key("m"));
-    let slot = b0 % s.ring_len();
-    assert_eq!(stored[&format!("b{slot}:a")], format!("{b0} 5 1"));
-    assert_eq!(
-        stored[&format!("b{}:a", slot + 1)],
-        format!("{} 1 1", b0 + 1)
-    );
-    assert_eq!(stored.len(), 2, "{stored:?}");
+    // One field holds the connector's ring: per bucket three i8s.
+    let stored = h.raw(&counts_key("m"));
+    let ring: Vec<i64> = stored["r:a"]
+        .chunks_exact(8)
+        .map(|n| i64::from_le_bytes(n.try_into().unwrap()))
+        .collect();
+    assert_eq!(ring, [b0, 5, 1, b0 + 1, 1, 1]);
+    assert_eq!(stored.len(), 1, "{stored:?}");
     assert_eq!(second[0].tripped, None);
 
     // A call of bucket b0 (made at T0, its start, at the latest) counts
@@ -202,7 +202,7 @@ fn a_flush_adds_into_ring_slots_and_sums_only_the_window() {
     assert_eq!(h.snapshot("m", "a", end - 1).window, counts(6, 2));
     assert_eq!(h.snapshot("m", "a", end).window, counts(1, 1));
     assert_eq!(h.snapshot("m", "a", end + B).window, counts(0, 0));
-    // The slots that no longer count are gone.
+    // The buckets that no longer count are gone.
     assert!(h.strings(&counts_key("m")).is_empty());
 
     // Counts of a bucket that no longer counts are dropped, not added; so
@@ -214,15 +214,14 @@ fn a_flush_adds_into_ring_slots_and_sums_only_the_window() {
     assert_eq!(got[0].window, counts(0, 0));
     assert_eq!(h.snapshot("m", "a", ahead * B).window, counts(0, 0));
 
-    // A slot holding an older bucket is reset, not added to: buckets a
-    // ring apart share a slot.
+    // Buckets a ring apart never add up.
     let now = T0 + 100 * W;
     let old = s.bucket_of(now) - s.ring_len();
     h.flush("m", &[buckets("r", &[(old, 9, 9)])], old * B);
     let got = h.flush("m", &[buckets("r", &[(old + s.ring_len(), 1, 0)])], now);
     assert_eq!(got[0].window, counts(1, 0));
-    // And a bucket a ring older never lands in its slot again: it cannot
-    // count any more (the ring spans more than a window).
+    // And a bucket a ring older is never added again: it cannot count
+    // any more (the ring spans more than a window).
     let got = h.flush("m", &[buckets("r", &[(old, 5, 5)])], now);
     assert_eq!(got[0].window, counts(1, 0));
 }

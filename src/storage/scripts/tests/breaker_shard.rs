@@ -57,10 +57,18 @@ fn four_calls_carry_every_merchant_of_the_shard_and_a_bad_one_fails_alone() {
     let s = settings();
     let shard = Shard::all().nth(3).unwrap();
     let ms = merchants_of(shard, 200);
-    // A value this service never writes, in the 8th merchant's hash.
+    // A value this service never writes, in the 8th merchant's hash, and
+    // a ring of the text layout (not 24 bytes a bucket) in the 9th's.
     let bad = keys::breaker_counts_key(&Tenant::DEFAULT, &ms[7]);
     h.runtime
         .block_on(h.inspect.hset::<(), _, _>(bad.as_str(), ("t:a", "junk")))
+        .unwrap();
+    let bad_ring = keys::breaker_counts_key(&Tenant::DEFAULT, &ms[8]);
+    h.runtime
+        .block_on(
+            h.inspect
+                .hset::<(), _, _>(bad_ring.as_str(), ("r:a", "1 2 3")),
+        )
         .unwrap();
     let sent: Vec<MerchantTallies> = ms
         .iter()
@@ -75,7 +83,7 @@ fn four_calls_carry_every_merchant_of_the_shard_and_a_bad_one_fails_alone() {
     let after = h.metrics.render();
     assert_eq!(tick.merchants.len(), 200);
     for (i, reply) in tick.merchants.iter().enumerate() {
-        if i == 7 {
+        if i == 7 || i == 8 {
             assert!(
                 matches!(reply, Err(StorageError::ForeignValue { .. })),
                 "{reply:?}"
@@ -96,6 +104,11 @@ fn four_calls_carry_every_merchant_of_the_shard_and_a_bad_one_fails_alone() {
         assert!(ttl > 0 && ttl <= HALF.max(OPEN_FOR), "{ttl}");
     }
     assert!(h.raw(bad.as_str()).len() == 1, "the bad hash is untouched");
+    assert_eq!(
+        h.raw(bad_ring.as_str())["r:a"],
+        b"1 2 3",
+        "so is the bad ring"
+    );
     // Four script calls for the 200 merchants (64, 64, 64, 8), one after
     // the other: never a call per merchant, and none holding Redis long.
     let calls = |text: &str| {

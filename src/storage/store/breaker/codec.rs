@@ -16,12 +16,19 @@ pub(super) fn decimal(n: impl Into<i64>) -> Value {
     Value::from(n.into().to_string())
 }
 
-fn count(n: u64) -> Value {
-    Value::from(n.to_string())
+/// One number of the packed tallies (breaker_flush.lua's ARGV[7]): an
+/// i8 of Lua's struct, little-endian. Counts past i64 do not happen (a
+/// tick's calls of one pair); they are held at i64::MAX, never wrapped.
+fn put_i8(packed: &mut Vec<u8>, n: impl TryInto<i64>) {
+    packed.extend_from_slice(&n.try_into().unwrap_or(i64::MAX).to_le_bytes());
 }
 
-fn len(n: usize) -> Value {
-    decimal(i64::try_from(n).unwrap_or(i64::MAX))
+/// A length of the packed tallies: an I2. The engine never sends more
+/// than a shard's chunk of merchants or a pair's window of buckets, and a
+/// connector is at most 64 bytes; a larger one is held at u16::MAX, which
+/// the script then reads as a different layout and fails loudly on.
+fn put_len(packed: &mut Vec<u8>, n: usize) {
+    packed.extend_from_slice(&u16::try_from(n).unwrap_or(u16::MAX).to_le_bytes());
 }
 
 /// How long the index may keep a trip: max(2 × WINDOW, OPEN_FOR), the
@@ -44,22 +51,28 @@ pub(super) fn flush_args(
         decimal(s.half_open_for_ms()),
         decimal(index_cap_ms(s)),
     ];
+    // One string for every merchant's tallies, not an argument per
+    // number: a frame per number here and a Lua string per number in
+    // Redis were most of a tick's cost per merchant (bench/README.md).
+    let mut packed = Vec::with_capacity(merchants.len() * 64);
     for merchant in merchants {
-        args.push(len(merchant.tallies.len()));
+        put_len(&mut packed, merchant.tallies.len());
         for tally in &merchant.tallies {
-            args.push(Value::from(tally.connector.as_str()));
-            args.push(len(tally.buckets.len()));
+            put_len(&mut packed, tally.connector.len());
+            packed.extend_from_slice(tally.connector.as_bytes());
+            put_len(&mut packed, tally.buckets.len());
             for (bucket, counts) in &tally.buckets {
-                args.extend([
-                    decimal(*bucket),
-                    count(counts.calls),
-                    count(counts.failures),
-                ]);
+                put_i8(&mut packed, *bucket);
+                put_i8(&mut packed, counts.calls);
+                put_i8(&mut packed, counts.failures);
             }
             let (until, probes) = tally.probes.unwrap_or_default();
-            args.extend([decimal(until), count(probes.calls), count(probes.failures)]);
+            put_i8(&mut packed, until);
+            put_i8(&mut packed, probes.calls);
+            put_i8(&mut packed, probes.failures);
         }
     }
+    args.push(Value::Bytes(packed.into()));
     args
 }
 
@@ -101,7 +114,7 @@ pub(super) fn flush_reply(
         .into_iter()
         .zip(merchants)
         .map(|(reply, merchant)| {
-            merchant_reply(&numbers(reply).ok_or_else(odd)?, &merchant.tallies)
+            merchant_reply(&packed_numbers(reply).ok_or_else(odd)?, &merchant.tallies)
         })
         .collect();
     Ok((
@@ -111,8 +124,23 @@ pub(super) fn flush_reply(
     ))
 }
 
+/// A reply's array of integers (the transitions').
 fn numbers(reply: Value) -> Option<Vec<i64>> {
     reply.into_array().iter().map(Value::as_i64).collect()
+}
+
+/// A merchant's packed reply (the flush's): i8s, little-endian.
+fn packed_numbers(reply: Value) -> Option<Vec<i64>> {
+    let bytes = reply.as_bytes()?;
+    if !bytes.len().is_multiple_of(8) {
+        return None;
+    }
+    Some(
+        bytes
+            .chunks_exact(8)
+            .map(|n| i64::from_le_bytes(n.try_into().unwrap_or_default()))
+            .collect(),
+    )
 }
 
 /// One merchant's part of the reply: `{1, then per connector 8 numbers and
@@ -353,6 +381,34 @@ pub(super) fn parse_override(value: &str) -> Option<OverrideUntil> {
         kind,
         until_ms: until.parse().ok()?,
     })
+}
+
+/// A counts hash's ring (`r:<c>`): per bucket three i8s, little-endian
+/// (bucket, calls, failures), as breaker_common.lua's brk_ring_value
+/// writes it; `None` for anything else.
+pub(super) fn parse_ring(value: &[u8]) -> Option<Vec<(i64, Counts)>> {
+    if !value.len().is_multiple_of(24) {
+        return None;
+    }
+    let n = |b: &[u8]| i64::from_le_bytes(b.try_into().unwrap_or_default());
+    value
+        .chunks_exact(24)
+        .map(|t| Some((n(&t[..8]), counts_of(n(&t[8..16]), n(&t[16..]))?)))
+        .collect()
+}
+
+/// A flat field/value list as pairs of a UTF-8 field and its value's
+/// bytes (the counts hash: its ring is binary); a field that is not UTF-8
+/// is none this service wrote, and is skipped.
+pub(super) fn byte_pairs_of(flat: Vec<Value>) -> Vec<(String, Vec<u8>)> {
+    let mut pairs = Vec::with_capacity(flat.len() / 2);
+    let mut flat = flat.into_iter();
+    while let (Some(field), Some(value)) = (flat.next(), flat.next()) {
+        if let (Some(field), Some(value)) = (field.into_string(), value.as_bytes()) {
+            pairs.push((field, value.to_vec()));
+        }
+    }
+    pairs
 }
 
 /// A flat field/value list (HGETALL's, the poll's) as UTF-8 pairs; a pair

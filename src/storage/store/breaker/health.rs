@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::ConnectorHealthRow;
-use super::codec::{foreign, parse_index_trip, parse_override, parse_trip};
+use super::codec::{foreign, parse_index_trip, parse_override, parse_ring, parse_trip};
 use crate::domain::breaker::{
     BreakerSettings, BreakerState, Counts, OverrideUntil, Tripped, state_at,
 };
@@ -29,7 +29,7 @@ struct Held {
 pub(super) fn health_rows(
     tenant: &Tenant,
     merchant: &MerchantId,
-    counts: &[(String, String)],
+    counts: &[(String, Vec<u8>)],
     index: &[(String, String)],
     now_ms: i64,
     s: &BreakerSettings,
@@ -41,25 +41,21 @@ pub(super) fn health_rows(
             continue;
         };
         let entry = held.entry(connector.to_owned()).or_default();
+        if name == "r" {
+            for (bucket, counts) in parse_ring(value).ok_or_else(foreign)? {
+                if s.counts_in_window(bucket, now_ms) {
+                    entry.window += counts;
+                }
+            }
+            continue;
+        }
+        // The other fields are text.
+        let value = std::str::from_utf8(value).map_err(|_| foreign())?;
         match name {
             "t" => entry.tripped = Some(parse_trip(value).ok_or_else(foreign)?),
             "x" => entry.closed = Some(value.parse().map_err(|_| foreign())?),
             "hc" => entry.probes.calls = value.parse().map_err(|_| foreign())?,
             "hf" => entry.probes.failures = value.parse().map_err(|_| foreign())?,
-            _ if name.len() > 1
-                && name.starts_with('b')
-                && name[1..].bytes().all(|b| b.is_ascii_digit()) =>
-            {
-                // A ring slot: "<bucket> <calls> <failures>", the same
-                // shape as a trip.
-                let slot = parse_trip(value).ok_or_else(foreign)?;
-                if s.counts_in_window(slot.open_until_ms, now_ms) {
-                    entry.window += Counts {
-                        calls: slot.calls,
-                        failures: slot.failures,
-                    };
-                }
-            }
             _ => {}
         }
     }

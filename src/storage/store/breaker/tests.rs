@@ -145,7 +145,15 @@ fn a_shards_reply_has_each_merchants_answer_its_index_and_its_events() {
             probes: None,
         }],
     }];
-    let numbers = |ns: &[i64]| Value::Array(ns.iter().map(|&n| Value::Integer(n)).collect());
+    // A merchant's reply is its numbers packed as i8s (breaker_flush.lua).
+    let numbers = |ns: &[i64]| {
+        Value::Bytes(
+            ns.iter()
+                .flat_map(|n| n.to_le_bytes())
+                .collect::<Vec<u8>>()
+                .into(),
+        )
+    };
     let text = |t: &str| Value::from(t);
     let field = index_trip_field(&Tenant::DEFAULT, &m, "a");
     let reply = Value::Array(vec![
@@ -194,11 +202,19 @@ fn health_prefers_the_hashs_trip_and_drops_an_index_trip_it_closed() {
     let d = &Tenant::DEFAULT;
     let acme = Tenant::parse("acme").unwrap();
     let pair = |f: String, v: &str| (f, v.to_owned());
+    let text = |f: &str, v: &str| (f.to_owned(), v.as_bytes().to_vec());
+    // The ring of `h`: bucket 1 counts at 1100 ms (1 s buckets), bucket 2
+    // is of a clock ahead and does not yet.
+    let ring: Vec<u8> = [1i64, 5, 2, 2, 9, 9]
+        .iter()
+        .flat_map(|n| n.to_le_bytes())
+        .collect();
     let counts = vec![
-        pair("t:a".into(), "1000 20 10"),
-        pair("hc:a".into(), "2"),
-        pair("hf:a".into(), "1"),
-        pair("x:b".into(), "900"),
+        text("t:a", "1000 20 10"),
+        text("hc:a", "2"),
+        text("hf:a", "1"),
+        text("x:b", "900"),
+        ("r:h".to_owned(), ring),
     ];
     let index = vec![
         pair(index_trip_field(d, &m, "a"), "999 1 1"),
@@ -214,7 +230,21 @@ fn health_prefers_the_hashs_trip_and_drops_an_index_trip_it_closed() {
     let rows = health_rows(d, &m, &counts, &index, 1100, &s).unwrap();
     let names: Vec<&str> = rows.iter().map(|r| r.connector.as_str()).collect();
     // b: its index trip was closed (x = its T); f: its override is over.
-    assert_eq!(names, ["a", "c", "e"]);
+    assert_eq!(names, ["a", "c", "e", "h"]);
+    assert_eq!(rows[3].state, BreakerState::Closed);
+    assert_eq!(
+        rows[3].counts,
+        Counts {
+            calls: 5,
+            failures: 2
+        }
+    );
+    // A ring this service did not write is an error, not a count.
+    let odd = [("r:h".to_owned(), b"1 5 2".to_vec())];
+    assert!(matches!(
+        health_rows(d, &m, &odd, &index, 1100, &s),
+        Err(StorageError::ForeignValue { .. })
+    ));
     assert_eq!(rows[0].state, BreakerState::HalfOpen { since_ms: 1000 });
     assert_eq!(
         rows[0].counts,
