@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Instructions redis-server spends per merchant in the breaker's tick
+# script (issue 41): bench/tick/tick_instructions.py drives
+# breaker_flush.lua on a redis-server run under callgrind, once with the
+# script doing nothing (the same calls, KEYS and arguments: the floor of
+# running a script at all) and once as written; the difference over the
+# merchants flushed is the script's own cost per merchant; the whole run's
+# count over them is what a merchant costs in all (reading the arguments
+# is part of it). Instruction counts, not seconds: the same on a busy
+# machine.
+#
+#   scripts/measure-tick-instructions.sh          # the working tree's scripts
+#   scripts/measure-tick-instructions.sh d529d74  # another commit's
+#
+# Needs valgrind, python3 and redis-server (REDIS_SERVER to change it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rev="${1:-}"
+server="${REDIS_SERVER:-redis-server}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+scripts=src/storage/scripts
+for name in breaker_common breaker_flush; do
+    if [ -n "$rev" ]; then
+        git show "$rev:$scripts/$name.lua" > "$work/$name.lua"
+    else
+        cp "$scripts/$name.lua" "$work/$name.lua"
+    fi
+done
+# The floor: the same script with its merchants' work cut out (each merchant
+# answered at once), so it reads its arguments and polls the index alike.
+sed -e 's/^local function flush_merchant(key, tallies)$/&\n  do return 1 end/' \
+    "$work/breaker_flush.lua" > "$work/floor.lua"
+grep -q 'do return 1 end' "$work/floor.lua"
+
+port=$((20000 + RANDOM % 20000))
+run() {
+    local out="$work/callgrind.$1"
+    valgrind --tool=callgrind --callgrind-out-file="$out" \
+        "$server" --port "$port" --save '' --appendonly no > "$work/valgrind.$1.log" 2>&1 &
+    local pid=$!
+    for _ in $(seq 1 100); do
+        redis-cli -p "$port" ping > /dev/null 2>&1 && break
+        sleep 0.2
+    done
+    python3 bench/tick/tick_instructions.py "$port" "$work/breaker_common.lua" "$2" > "$work/$1.txt"
+    redis-cli -p "$port" shutdown nosave > /dev/null 2>&1 || true
+    wait "$pid" || true
+    grep -h '^summary:' "$out" | awk '{print $2}'
+}
+floor=$(run floor "$work/floor.lua")
+full=$(run full "$work/breaker_flush.lua")
+flushes=$(awk '{print $3}' "$work/full.txt")
+echo "breaker_flush.lua${rev:+ at $rev}, per merchant flushed ($flushes):" \
+     "$(( full / flushes )) instructions in all (the server's start included)," \
+     "$(( (full - floor) / flushes )) in the merchant's own work" \
+     "(the rest: reading the arguments, polling the index)"
