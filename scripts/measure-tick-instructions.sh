@@ -11,10 +11,15 @@
 #
 #   scripts/measure-tick-instructions.sh          # the working tree's scripts
 #   scripts/measure-tick-instructions.sh d529d74  # another commit's
+#   scripts/measure-tick-instructions.sh --floors # what a count costs at
+#       the least: a HINCRBY per count in a script, or the counts appended
+#       as bytes (bench/tick/floors.py)
 #
 # Needs valgrind, python3 and redis-server (REDIS_SERVER to change it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+floors=false
+if [ "${1:-}" = --floors ]; then floors=true; shift; fi
 rev="${1:-}"
 server="${REDIS_SERVER:-redis-server}"
 work="$(mktemp -d)"
@@ -35,6 +40,8 @@ sed -e 's/^local function flush_merchant(key, tallies)$/&\n  do return 1 end/' \
 grep -q 'do return 1 end' "$work/floor.lua"
 
 port=$((20000 + RANDOM % 20000))
+# run NAME COMMAND...: COMMAND against a callgrind redis-server on $port;
+# prints the server's instructions.
 run() {
     local out="$work/callgrind.$1"
     valgrind --tool=callgrind --callgrind-out-file="$out" \
@@ -44,13 +51,27 @@ run() {
         redis-cli -p "$port" ping > /dev/null 2>&1 && break
         sleep 0.2
     done
-    python3 bench/tick/tick_instructions.py "$port" "$work/breaker_common.lua" "$2" > "$work/$1.txt"
+    local name=$1
+    shift
+    "$@" > "$work/$name.txt"
     redis-cli -p "$port" shutdown nosave > /dev/null 2>&1 || true
     wait "$pid" || true
     grep -h '^summary:' "$out" | awk '{print $2}'
 }
-floor=$(run floor "$work/floor.lua")
-full=$(run full "$work/breaker_flush.lua")
+if $floors; then
+    none=$(run none python3 bench/tick/floors.py "$port" none)
+    entries=$(awk '{print $2}' "$work/none.txt")
+    for way in hincrby blob; do
+        got=$(run "$way" python3 bench/tick/floors.py "$port" "$way")
+        echo "$way: $(( (got - none) / entries )) instructions per count over a call that does nothing"
+    done
+    exit 0
+fi
+drive() {
+    python3 bench/tick/tick_instructions.py "$port" "$work/breaker_common.lua" "$1"
+}
+floor=$(run floor drive "$work/floor.lua")
+full=$(run full drive "$work/breaker_flush.lua")
 flushes=$(awk '{print $3}' "$work/full.txt")
 echo "breaker_flush.lua${rev:+ at $rev}, per merchant flushed ($flushes):" \
      "$(( full / flushes )) instructions in all (the server's start included)," \

@@ -71,8 +71,8 @@ local function flush_merchant(key, tallies)
     local x = stored[2] and brk_whole(stored[2])
     local hc, hf = brk_whole(stored[3]), brk_whole(stored[4])
     if (stored[2] and not x) or not hc or not hf then return struct.pack('<i8', -1) end
-    local slots = brk_ring(stored[5], ring_len)
-    if not slots then return struct.pack('<i8', -1) end
+    local ring = brk_ring(stored[5], ring_len)
+    if not ring then return struct.pack('<i8', -1) end
     -- Whether the ring must be written (or deleted) to say what it holds.
     local ring_dirty = false
 
@@ -96,9 +96,9 @@ local function flush_merchant(key, tallies)
       hset[#hset + 1] = '0'
       hset[#hset + 1] = 'hf:' .. c
       hset[#hset + 1] = '0'
-      if #slots > 0 then
+      if #ring > 0 then
         hdel[#hdel + 1] = ring_field
-        slots = {}
+        ring = {}
       end
     end
 
@@ -110,17 +110,18 @@ local function flush_merchant(key, tallies)
         hc, hf = hc + tally.pc, hf + tally.pf
       end
     else
-      for _, bucket in ipairs(tally.buckets) do
-        local b = bucket[1]
+      local buckets = tally.buckets
+      for j = 1, #buckets, 3 do
+        local b = buckets[j]
         if brk_counts_in_window(b, now, window, bucket_ms) then
           local held
-          for _, slot in ipairs(slots) do
-            if slot[1] == b then held = slot end
+          for i = 1, #ring, 3 do
+            if ring[i] == b then held = i end
           end
           if held then
-            held[2], held[3] = held[2] + bucket[2], held[3] + bucket[3]
+            ring[held + 1], ring[held + 2] = ring[held + 1] + buckets[j + 1], ring[held + 2] + buckets[j + 2]
           else
-            slots[#slots + 1] = {b, bucket[2], bucket[3]}
+            ring[#ring + 1], ring[#ring + 2], ring[#ring + 3] = b, buckets[j + 1], buckets[j + 2]
           end
           ring_dirty = true
         end
@@ -130,43 +131,54 @@ local function flush_merchant(key, tallies)
     -- The buckets that still count, and those of another instance's clock
     -- ahead of ours (they count later); a write drops the rest and keeps
     -- at most ring_len, the newest.
-    local calls, failures, counted, live = 0, 0, {}, {}
+    local calls, failures, live = 0, 0, {}
     local this_bucket = math.floor(now / bucket_ms)
-    for _, held in ipairs(slots) do
-      if brk_counts_in_window(held[1], now, window, bucket_ms) then
-        calls, failures = calls + held[2], failures + held[3]
-        counted[#counted + 1] = held[1]
-        counted[#counted + 1] = held[2]
-        counted[#counted + 1] = held[3]
-        live[#live + 1] = held
-      elseif held[1] > this_bucket then
-        live[#live + 1] = held
+    for i = 1, #ring, 3 do
+      local b = ring[i]
+      local counts = brk_counts_in_window(b, now, window, bucket_ms)
+      if counts then
+        calls, failures = calls + ring[i + 1], failures + ring[i + 2]
+      end
+      if counts or b > this_bucket then
+        live[#live + 1], live[#live + 2], live[#live + 3] = b, ring[i + 1], ring[i + 2]
       else
         ring_dirty = true
       end
     end
+    -- The ring as it now stands, written if it changed.
+    local ring_value = stored[5] or ''
     if ring_dirty then
-      if #live > ring_len then
-        table.sort(live, function(p, q) return p[1] < q[1] end)
-        while #live > ring_len do
-          table.remove(live, 1)
+      if #live > 3 * ring_len then
+        -- Only with clocks far apart: keep the newest ring_len buckets.
+        local sorted = {}
+        for i = 1, #live, 3 do
+          sorted[#sorted + 1] = {live[i], live[i + 1], live[i + 2]}
+        end
+        table.sort(sorted, function(p, q) return p[1] < q[1] end)
+        live = {}
+        for i = #sorted - ring_len + 1, #sorted do
+          local slot = sorted[i]
+          live[#live + 1], live[#live + 2], live[#live + 3] = slot[1], slot[2], slot[3]
         end
       end
       if #live > 0 then
+        ring_value = brk_ring_value(live)
         hset[#hset + 1] = ring_field
-        hset[#hset + 1] = brk_ring_value(live)
-      elseif #slots > 0 then
-        hdel[#hdel + 1] = ring_field
+        hset[#hset + 1] = ring_value
+      else
+        ring_value = ''
+        if #ring > 0 then
+          hdel[#hdel + 1] = ring_field
+        end
       end
     end
     -- The ring only serves to foresee a trip as old calls age out, which
-    -- a window without failures never makes: sent only with failures.
-    local n = failures > 0 and #counted / 3 or 0
+    -- a window without failures never makes: sent only with failures, as
+    -- it is kept (the engine reads only its buckets that count).
+    if failures == 0 then ring_value = '' end
     reply[#reply + 1] = struct.pack('<i8i8i8i8i8i8i8i8', calls, failures, T or 0, tc or 0,
-      tf or 0, hc, hf, n)
-    for i = 1, 3 * n do
-      reply[#reply + 1] = struct.pack('<i8', counted[i])
-    end
+      tf or 0, hc, hf, #ring_value / 24)
+    reply[#reply + 1] = ring_value
   end
 
   if #hset > 0 or #hincr > 0 then
@@ -206,13 +218,12 @@ for m = 2, #KEYS do
     local len, c, n
     len, at = struct.unpack('<I2', packed, at)
     c, at = string.sub(packed, at, at + len - 1), at + len
-    local tally = {c = c, buckets = {}}
     n, at = struct.unpack('<I2', packed, at)
-    for i = 1, n do
-      local b, calls, f
-      b, calls, f, at = struct.unpack('<i8i8i8', packed, at)
-      tally.buckets[i] = {b, calls, f}
-    end
+    -- The buckets flat, three numbers each, as the ring.
+    local buckets = {struct.unpack(brk_ring_format(n), packed, at)}
+    at = buckets[#buckets]
+    buckets[#buckets] = nil
+    local tally = {c = c, buckets = buckets}
     tally.pu, tally.pc, tally.pf, at = struct.unpack('<i8i8i8', packed, at)
     tallies[#tallies + 1] = tally
   end

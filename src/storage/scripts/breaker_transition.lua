@@ -55,8 +55,8 @@ local function transition(counts, open_key, kind, c, expect, field)
   end
   local hc, hf = brk_whole(stored[2]), brk_whole(stored[3])
   if not hc or not hf then return {-1} end
-  local slots = brk_ring(stored[4], ring_len)
-  if not slots then return {-1} end
+  local ring = brk_ring(stored[4], ring_len)
+  if not ring then return {-1} end
   local pttl = redis.call('PTTL', counts)
 
   -- Everything this breaker keeps, but the trip record and x.
@@ -90,9 +90,9 @@ local function transition(counts, open_key, kind, c, expect, field)
       return {0}
     end
     local calls, failures = 0, 0
-    for _, slot in ipairs(slots) do
-      if brk_counts_in_window(slot[1], now, window, bucket_ms) then
-        calls, failures = calls + slot[2], failures + slot[3]
+    for i = 1, #ring, 3 do
+      if brk_counts_in_window(ring[i], now, window, bucket_ms) then
+        calls, failures = calls + ring[i + 1], failures + ring[i + 2]
       end
     end
     return open(calls, failures, T)

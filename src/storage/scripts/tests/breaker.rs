@@ -214,6 +214,16 @@ fn a_flush_adds_into_the_ring_and_sums_only_the_window() {
     assert_eq!(got[0].window, counts(0, 0));
     assert_eq!(h.snapshot("m", "a", ahead * B).window, counts(0, 0));
 
+    // A bucket written by an instance whose clock is ahead is kept by one
+    // whose clock is behind, not counted yet and not dropped: it counts
+    // once its time comes.
+    let now = T0 + 50 * W;
+    let next = s.bucket_of(now) + 1;
+    h.flush("k", &[buckets("a", &[(next, 2, 2)])], next * B);
+    let behind = h.flush("k", &[buckets("a", &[(s.bucket_of(now), 1, 0)])], now);
+    assert_eq!(behind[0].window, counts(1, 0));
+    assert_eq!(h.snapshot("k", "a", next * B).window, counts(3, 2));
+
     // Buckets a ring apart never add up.
     let now = T0 + 100 * W;
     let old = s.bucket_of(now) - s.ring_len();
