@@ -68,6 +68,12 @@ pub struct PlatformArgs {
     /// smaller (taken as at least 1/s).
     #[arg(long, default_value_t = 10.0)]
     pub background_order: f64,
+    /// Also run, each round at the largest count, the breaker alone (no
+    /// `pin_connector`) and the experiment counts alone (breaker off,
+    /// `pin_connector` sent): which of the two background costs what.
+    /// Neither enters the targets.
+    #[arg(long)]
+    pub platform_split: bool,
     /// How often the API's health is polled during each run.
     #[arg(long, value_parser = crate::cli::parse_duration, default_value = "100ms")]
     pub health_every: Duration,
@@ -102,24 +108,31 @@ struct Plan {
 
 impl Plan {
     fn name(&self) -> String {
-        let what = if self.breaker {
-            "breaker on, pin_connector"
-        } else {
-            "baseline: breaker off, no pin_connector"
+        let what = match (self.breaker, self.pin_connector) {
+            (true, true) => "breaker on, pin_connector",
+            (false, false) => "baseline: breaker off, no pin_connector",
+            (true, false) => "split: breaker on, no pin_connector",
+            (false, true) => "split: breaker off, pin_connector",
         };
         format!("{} merchants, {what}", self.merchants)
     }
 
     fn dir_name(&self) -> String {
-        let what = if self.breaker { "on" } else { "off" };
+        let what = match (self.breaker, self.pin_connector) {
+            (true, true) => "on",
+            (false, false) => "off",
+            (true, false) => "breaker-only",
+            (false, true) => "experiment-only",
+        };
         format!("m{}-{what}-r{}", self.merchants, self.round)
     }
 }
 
 /// The runs in order: every count but the largest once, then per round
-/// the largest with the breaker on and its baseline, interleaved so a
-/// drift of this machine falls on both.
-fn plans(merchants: &[u64], rounds: usize) -> Vec<Plan> {
+/// the largest with the breaker on and its baseline (and, with `split`,
+/// the breaker alone and the experiment counts alone), interleaved so a
+/// drift of this machine falls on all.
+fn plans(merchants: &[u64], rounds: usize, split: bool) -> Vec<Plan> {
     let mut counts = merchants.to_vec();
     counts.sort_unstable();
     counts.dedup();
@@ -132,6 +145,12 @@ fn plans(merchants: &[u64], rounds: usize) -> Vec<Plan> {
         pin_connector: breaker,
         round,
     };
+    let split_run = |merchants, breaker, round| Plan {
+        merchants,
+        breaker,
+        pin_connector: !breaker,
+        round,
+    };
     let mut plans: Vec<Plan> = counts[..counts.len() - 1]
         .iter()
         .map(|&m| run(m, true, 1))
@@ -139,6 +158,10 @@ fn plans(merchants: &[u64], rounds: usize) -> Vec<Plan> {
     for round in 1..=rounds.max(1) {
         plans.push(run(largest, true, round));
         plans.push(run(largest, false, round));
+        if split {
+            plans.push(split_run(largest, true, round));
+            plans.push(split_run(largest, false, round));
+        }
     }
     plans
 }
@@ -156,7 +179,11 @@ pub async fn platform(mut spec: PlatformSpec) -> Result<PlatformStudy, BoxError>
     } else {
         spec.args.platform_rounds
     };
-    let plans = plans(&spec.args.platform_merchants, rounds);
+    let plans = plans(
+        &spec.args.platform_merchants,
+        rounds,
+        spec.args.platform_split,
+    );
     let redis = procs::start_redis(&spec.redis_server, &spec.out_dir).await?;
     let url = format!("redis://{}", redis.addr);
     let probe = RedisProbe::connect(&url).await?;
@@ -344,7 +371,7 @@ mod tests {
 
     #[test]
     fn the_largest_count_is_run_each_round_with_its_baseline_after_the_others() {
-        let planned = plans(&[100_000, 10, 10], 2);
+        let planned = plans(&[100_000, 10, 10], 2, false);
         let shape: Vec<(u64, bool, bool, usize)> = planned
             .iter()
             .map(|p| (p.merchants, p.breaker, p.pin_connector, p.round))
@@ -359,8 +386,32 @@ mod tests {
                 (100_000, false, false, 2),
             ]
         );
-        assert_eq!(plans(&[5], 0).len(), 2, "one round at least");
-        assert!(plans(&[], 3).is_empty());
+        assert_eq!(plans(&[5], 0, false).len(), 2, "one round at least");
+        assert!(plans(&[], 3, false).is_empty());
         assert_eq!(planned[2].dir_name(), "m100000-off-r1");
+    }
+
+    #[test]
+    fn a_split_adds_the_breaker_alone_and_the_experiment_alone_each_round() {
+        let planned = plans(&[10, 100_000], 1, true);
+        let shape: Vec<(u64, bool, bool)> = planned
+            .iter()
+            .map(|p| (p.merchants, p.breaker, p.pin_connector))
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                (10, true, true),
+                (100_000, true, true),
+                (100_000, false, false),
+                (100_000, true, false),
+                (100_000, false, true),
+            ]
+        );
+        assert_eq!(planned[3].dir_name(), "m100000-breaker-only-r1");
+        assert_eq!(
+            planned[4].name(),
+            "100000 merchants, split: breaker off, pin_connector"
+        );
     }
 }

@@ -50,12 +50,19 @@ impl PlatformRun {
         format!("{errors} ({})", codes.join(", "))
     }
 
-    fn is_target(&self, largest: u64) -> bool {
-        self.breaker && self.merchants == largest
+    /// Breaker on and `pin_connector` sent: what the targets are about.
+    fn is_measured(&self) -> bool {
+        self.breaker && self.pin_connector
     }
 
+    fn is_target(&self, largest: u64) -> bool {
+        self.is_measured() && self.merchants == largest
+    }
+
+    /// Neither: a `--platform-split` run (one of the two alone) is
+    /// neither a target nor a baseline.
     fn is_baseline(&self, largest: u64) -> bool {
-        !self.breaker && self.merchants == largest
+        !self.breaker && !self.pin_connector && self.merchants == largest
     }
 }
 
@@ -245,7 +252,7 @@ pub fn checks(runs: &[PlatformRun], limits: Limits) -> Vec<Check> {
     // round's against the bound, the medians against each other.
     let mut counts: Vec<u64> = runs
         .iter()
-        .filter(|r| r.breaker)
+        .filter(|r| r.is_measured())
         .map(|r| r.merchants)
         .collect();
     counts.sort_unstable();
@@ -254,7 +261,7 @@ pub fn checks(runs: &[PlatformRun], limits: Limits) -> Vec<Check> {
     for &merchants in &counts {
         let rates: Vec<f64> = runs
             .iter()
-            .filter(|r| r.breaker && r.merchants == merchants)
+            .filter(|r| r.is_measured() && r.merchants == merchants)
             .map(|r| r.background_per_sec)
             .collect();
         let worst = rates.iter().copied().fold(0.0, f64::max);

@@ -110,6 +110,49 @@ fn a_service_as_cheap_as_its_baseline_meets_every_target() {
 }
 
 #[test]
+fn split_runs_are_neither_targets_nor_baselines() {
+    let costly = Shape {
+        slower: 5,
+        errors: 7,
+        cpu: 90.0,
+        redis_cpu: 60.0,
+        background: 5000.0,
+        not_serving: 3,
+    };
+    let split = |breaker: bool| PlatformRun {
+        pin_connector: !breaker,
+        ..run(100_000, breaker, 1, costly)
+    };
+    let runs = vec![
+        run(
+            10,
+            true,
+            1,
+            Shape {
+                background: 20.0,
+                ..GOOD
+            },
+        ),
+        run(100_000, true, 1, Shape { cpu: 52.0, ..GOOD }),
+        run(
+            100_000,
+            false,
+            1,
+            Shape {
+                background: 0.0,
+                ..GOOD
+            },
+        ),
+        split(true),
+        split(false),
+    ];
+    let checks = checks(&runs, LIMITS);
+    assert_eq!(checks.len(), 8, "{checks:#?}");
+    assert!(checks.iter().all(|c| c.met), "{checks:#?}");
+    assert_eq!(checks[2].measured, "+4.0% (52.0 against 50.0 µs, medians)");
+}
+
+#[test]
 fn todays_service_at_platform_scale_misses_them() {
     let bad = Shape {
         slower: 5,
