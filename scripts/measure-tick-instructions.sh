@@ -11,6 +11,9 @@
 #
 #   scripts/measure-tick-instructions.sh          # the working tree's scripts
 #   scripts/measure-tick-instructions.sh d529d74  # another commit's
+#   scripts/measure-tick-instructions.sh --experiment [COMMIT]  # the
+#       experiment counts' script, per merchant-day
+#       (bench/tick/experiment_instructions.py)
 #   scripts/measure-tick-instructions.sh --floors # what a count costs at
 #       the least: a HINCRBY per count in a script, or the counts appended
 #       as bytes (bench/tick/floors.py)
@@ -19,14 +22,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 floors=false
+experiment=false
 if [ "${1:-}" = --floors ]; then floors=true; shift; fi
+if [ "${1:-}" = --experiment ]; then experiment=true; shift; fi
 rev="${1:-}"
 server="${REDIS_SERVER:-redis-server}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 scripts=src/storage/scripts
-for name in breaker_common breaker_flush; do
+for name in breaker_common breaker_flush experiment_flush; do
     if [ -n "$rev" ]; then
         git show "$rev:$scripts/$name.lua" > "$work/$name.lua"
     else
@@ -65,6 +70,18 @@ if $floors; then
         got=$(run "$way" python3 bench/tick/floors.py "$port" "$way")
         echo "$way: $(( (got - none) / entries )) instructions per count over a call that does nothing"
     done
+    exit 0
+fi
+if $experiment; then
+    sed -e 's/^local function flush(key, from, n)$/&\n  do return 1 end/' \
+        "$work/experiment_flush.lua" > "$work/experiment_floor.lua"
+    grep -q 'do return 1 end' "$work/experiment_floor.lua"
+    floor=$(run floor python3 bench/tick/experiment_instructions.py "$port" "$work/experiment_floor.lua")
+    full=$(run full python3 bench/tick/experiment_instructions.py "$port" "$work/experiment_flush.lua")
+    flushes=$(awk '{print $3}' "$work/full.txt")
+    echo "experiment_flush.lua${rev:+ at $rev}, per merchant-day flushed ($flushes):" \
+         "$(( full / flushes )) instructions in all (the server's start included)," \
+         "$(( (full - floor) / flushes )) in the merchant-day's own work"
     exit 0
 fi
 drive() {

@@ -5,7 +5,8 @@
 -- Cluster slot, hash tag {S}), so concurrent instances never lose a count.
 -- Every check of a hash comes before its first write: a stored value this
 -- service does not write leaves that hash unwritten, and so does one it
--- could not give its TTL; the other hashes are written.
+-- could not give its TTL; the other hashes are written. (A hash given one
+-- field is checked by its HINCRBY, which writes nothing when it fails.)
 --
 -- KEYS     the experiment hashes (sticky_exp_{S}M_YYYYMMDD)
 -- ARGV[1]  the retention in ms (each hash's TTL, set by every call)
@@ -18,8 +19,31 @@
 -- a TTL).
 local retention = ARGV[1]
 
+-- One field (a merchant-day's one outcome in a tick, what a platform's
+-- sparse calls send): HINCRBY checks it itself and fails with nothing
+-- written, so the HMGET that checks several fields first is not needed
+-- (issue 41: this script runs for nearly every call at 100,000
+-- merchants). Any other refusal (WRONGTYPE, OOM) is raised, as the HMGET
+-- would have raised it.
+local function flush_one(key, field, count)
+  if redis.acl_check_cmd and not redis.acl_check_cmd('PEXPIRE', key, retention) then
+    return -2
+  end
+  local added = redis.pcall('HINCRBY', key, field, count)
+  if type(added) == 'table' and added.err then
+    if string.find(added.err, 'not an integer', 1, true)
+        or string.find(added.err, 'overflow', 1, true) then
+      return -1
+    end
+    error(added)
+  end
+  redis.call('PEXPIRE', key, retention)
+  return 1
+end
+
 local function flush(key, from, n)
   if n == 0 then return 1 end
+  if n == 1 then return flush_one(key, ARGV[from], ARGV[from + 1]) end
   local fields = {}
   for i = 0, n - 1 do
     fields[#fields + 1] = ARGV[from + 2 * i]

@@ -200,6 +200,49 @@ fn no_counts_send_nothing_and_a_foreign_value_stops_the_flush_with_nothing_writt
     );
 }
 
+/// One field per merchant-day (what sparse calls send) takes the short
+/// path, without the HMGET check: it must refuse alike.
+#[test]
+fn a_lone_fields_foreign_value_or_key_of_another_type_is_refused_alike() {
+    let h = Harness::new();
+    let key = exp_key("m", DAY);
+    h.runtime.block_on(async {
+        let _: () = h.inspect.hset(&key, ("t:f:s", "x")).await.unwrap();
+    });
+    let flushed = h.flush_exp("m", DAY, &counts(&[("t:f:s", 1)]), RETENTION);
+    assert!(
+        matches!(flushed, Err(StorageError::ForeignValue { .. })),
+        "{flushed:?}"
+    );
+    assert_eq!(h.raw(&key)["t:f:s"], b"x".to_vec(), "nothing was added");
+    assert_eq!(h.pttl(&key), -1, "not even the TTL was touched");
+
+    // A key of another type: the same refusal as with several fields.
+    let other = exp_key("n", DAY);
+    h.runtime.block_on(async {
+        let _: () = h.inspect.set(&other, "v", None, None, false).await.unwrap();
+    });
+    let one = h.flush_exp("n", DAY, &counts(&[("t:f:s", 1)]), RETENTION);
+    let two = h.flush_exp("n", DAY, &counts(&[("t:f:s", 1), ("t:o:s", 1)]), RETENTION);
+    assert!(one.is_err(), "{one:?}");
+    // (The same error but for the script's line it names.)
+    let without_line = |e: String| e.split(", on @user_script").next().unwrap().to_owned();
+    assert_eq!(
+        without_line(format!("{one:?}")),
+        without_line(format!("{two:?}"))
+    );
+    let value: String = h.runtime.block_on(h.inspect.get(&other)).unwrap();
+    assert_eq!(value, "v");
+
+    // And a good one adds, with the retention as its TTL.
+    h.flush_exp("g", DAY, &counts(&[("t:f:s", 2)]), RETENTION)
+        .unwrap();
+    h.flush_exp("g", DAY, &counts(&[("t:f:s", 1)]), RETENTION)
+        .unwrap();
+    assert_eq!(h.raw(&exp_key("g", DAY))["t:f:s"], b"3".to_vec());
+    h.assert_retention_ttls(&[exp_key("g", DAY)]);
+}
+
 #[test]
 fn flushes_and_reads_work_on_cluster() {
     let cluster = test_support::redis_cluster::RedisCluster::start();
