@@ -19,39 +19,22 @@
 -- a TTL).
 local retention = ARGV[1]
 
--- One field (a merchant-day's one outcome in a tick, what a platform's
--- sparse calls send): HINCRBY checks it itself and fails with nothing
--- written, so the HMGET that checks several fields first is not needed
--- (issue 41: this script runs for nearly every call at 100,000
--- merchants). Any other refusal (WRONGTYPE, OOM) is raised, as the HMGET
--- would have raised it.
-local function flush_one(key, field, count)
-  if redis.acl_check_cmd and not redis.acl_check_cmd('PEXPIRE', key, retention) then
-    return -2
-  end
-  local added = redis.pcall('HINCRBY', key, field, count)
-  if type(added) == 'table' and added.err then
-    if string.find(added.err, 'not an integer', 1, true)
-        or string.find(added.err, 'overflow', 1, true) then
-      return -1
-    end
-    error(added)
-  end
-  redis.call('PEXPIRE', key, retention)
-  return 1
-end
-
 local function flush(key, from, n)
   if n == 0 then return 1 end
-  if n == 1 then return flush_one(key, ARGV[from], ARGV[from + 1]) end
-  local fields = {}
-  for i = 0, n - 1 do
-    fields[#fields + 1] = ARGV[from + 2 * i]
-  end
-  local stored = redis.call('HMGET', key, unpack(fields))
-  for i = 1, #fields do
-    if stored[i] and not (#stored[i] <= 20 and string.match(stored[i], '^%d+$')) then
-      return -1
+  -- Several fields are all checked before any is added. One field (a
+  -- merchant-day's one outcome in a tick, what a platform's sparse calls
+  -- send, issue 41) is checked by its own HINCRBY below, which writes
+  -- nothing when it fails: no HMGET for it.
+  if n > 1 then
+    local fields = {}
+    for i = 0, n - 1 do
+      fields[#fields + 1] = ARGV[from + 2 * i]
+    end
+    local stored = redis.call('HMGET', key, unpack(fields))
+    for i = 1, #fields do
+      if stored[i] and not (#stored[i] <= 20 and string.match(stored[i], '^%d+$')) then
+        return -1
+      end
     end
   end
   -- Checked on every call, not only for a new hash: the PEXPIRE below must
@@ -59,8 +42,21 @@ local function flush(key, from, n)
   if redis.acl_check_cmd and not redis.acl_check_cmd('PEXPIRE', key, retention) then
     return -2
   end
-  for i = 0, n - 1 do
-    redis.call('HINCRBY', key, ARGV[from + 2 * i], ARGV[from + 2 * i + 1])
+  if n == 1 then
+    -- Not a whole number (or past one): -1, nothing written. Any other
+    -- refusal (WRONGTYPE, OOM) is raised, as the HMGET would raise it.
+    local added = redis.pcall('HINCRBY', key, ARGV[from], ARGV[from + 1])
+    if type(added) == 'table' and added.err then
+      if string.find(added.err, 'not an integer', 1, true)
+          or string.find(added.err, 'overflow', 1, true) then
+        return -1
+      end
+      error(added)
+    end
+  else
+    for i = 0, n - 1 do
+      redis.call('HINCRBY', key, ARGV[from + 2 * i], ARGV[from + 2 * i + 1])
+    end
   end
   redis.call('PEXPIRE', key, retention)
   return 1
