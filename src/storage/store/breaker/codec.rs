@@ -131,7 +131,12 @@ fn numbers(reply: Value) -> Option<Vec<i64>> {
 
 /// A merchant's packed reply (the flush's): i8s, little-endian.
 fn packed_numbers(reply: Value) -> Option<Vec<i64>> {
-    let bytes = reply.as_bytes()?;
+    unpack_i8s(reply.as_bytes()?)
+}
+
+/// Lua struct's i8s, little-endian, as breaker_flush.lua packs its replies
+/// and its rings; `None` for bytes that are not whole i8s.
+fn unpack_i8s(bytes: &[u8]) -> Option<Vec<i64>> {
     if !bytes.len().is_multiple_of(8) {
         return None;
     }
@@ -178,11 +183,7 @@ fn connector_snapshot<'a>(
     let (&[calls, failures, until, trip_calls, trip_failures, hc, hf, n], rest) =
         reply.split_first_chunk::<8>()?;
     let n = usize::try_from(n).ok()?;
-    let ring = rest.get(..n.checked_mul(3)?)?;
-    let ring = ring
-        .chunks_exact(3)
-        .map(|slot| Some((slot[0], counts_of(slot[1], slot[2])?)))
-        .collect::<Option<Vec<_>>>()?;
+    let ring = ring_of(rest.get(..n.checked_mul(3)?)?)?;
     let snapshot = ConnectorSnapshot {
         connector: tally.connector.clone(),
         window: counts_of(calls, failures)?,
@@ -387,13 +388,18 @@ pub(super) fn parse_override(value: &str) -> Option<OverrideUntil> {
 /// (bucket, calls, failures), as breaker_common.lua's brk_ring_value
 /// writes it; `None` for anything else.
 pub(super) fn parse_ring(value: &[u8]) -> Option<Vec<(i64, Counts)>> {
-    if !value.len().is_multiple_of(24) {
+    ring_of(&unpack_i8s(value)?)
+}
+
+/// A ring's numbers, three a bucket (bucket, calls, failures), as
+/// `(bucket, counts)`; `None` unless they are whole triples of counts.
+fn ring_of(numbers: &[i64]) -> Option<Vec<(i64, Counts)>> {
+    if !numbers.len().is_multiple_of(3) {
         return None;
     }
-    let n = |b: &[u8]| i64::from_le_bytes(b.try_into().unwrap_or_default());
-    value
-        .chunks_exact(24)
-        .map(|t| Some((n(&t[..8]), counts_of(n(&t[8..16]), n(&t[16..]))?)))
+    numbers
+        .chunks_exact(3)
+        .map(|t| Some((t[0], counts_of(t[1], t[2])?)))
         .collect()
 }
 
