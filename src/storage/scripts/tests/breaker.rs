@@ -224,6 +224,31 @@ fn a_flush_adds_into_the_ring_and_sums_only_the_window() {
     assert_eq!(behind[0].window, counts(1, 0));
     assert_eq!(h.snapshot("k", "a", next * B).window, counts(3, 2));
 
+    // However far apart the clocks, a ring is never written longer than
+    // ring_len buckets (the next read would refuse it as foreign): with a
+    // ring full of buckets still to come, the newest ring_len are kept.
+    let now = T0 + 70 * W;
+    let this = s.bucket_of(now);
+    let ahead: Vec<u8> = (1..=s.ring_len())
+        .flat_map(|k| [this + k, 1, 0])
+        .flat_map(i64::to_le_bytes)
+        .collect();
+    h.runtime
+        .block_on(h.inspect.hset::<(), _, _>(
+            counts_key("f").as_str(),
+            ("r:a", fred::prelude::Value::Bytes(ahead.into())),
+        ))
+        .unwrap();
+    h.flush("f", &[buckets("a", &[(this, 1, 0)])], now);
+    let kept = h.raw(&counts_key("f"))["r:a"].len();
+    assert_eq!(kept, 24 * usize::try_from(s.ring_len()).unwrap());
+    assert_eq!(
+        h.snapshot("f", "a", (this + s.ring_len()) * B).window.calls,
+        // The window then holds the last W / B + 1 of them, one call each.
+        (W / B + 1) as u64,
+        "read back, not refused"
+    );
+
     // Buckets a ring apart never add up.
     let now = T0 + 100 * W;
     let old = s.bucket_of(now) - s.ring_len();
