@@ -38,12 +38,6 @@ for name in breaker_common breaker_flush experiment_flush; do
         cp "$scripts/$name.lua" "$work/$name.lua"
     fi
 done
-# The floor: the same script with its merchants' work cut out (each merchant
-# answered at once), so it reads its arguments and polls the index alike.
-sed -e 's/^local function flush_merchant(key, tallies)$/&\n  do return 1 end/' \
-    "$work/breaker_flush.lua" > "$work/floor.lua"
-grep -q 'do return 1 end' "$work/floor.lua"
-
 port=$((20000 + RANDOM % 20000))
 # run NAME COMMAND...: COMMAND against a callgrind redis-server on $port;
 # prints the server's instructions.
@@ -84,6 +78,11 @@ if $experiment; then
          "$(( (full - floor) / flushes )) in the merchant-day's own work"
     exit 0
 fi
+# The floor: the same script with its merchants' work cut out (each merchant
+# answered at once), so it reads its arguments and polls the index alike.
+sed -e 's/^local function flush_merchant(key, tallies)$/&\n  do return 1 end/' \
+    "$work/breaker_flush.lua" > "$work/floor.lua"
+grep -q 'do return 1 end' "$work/floor.lua"
 drive() {
     python3 bench/tick/tick_instructions.py "$port" "$work/breaker_common.lua" "$1"
 }
