@@ -407,24 +407,23 @@ fn ring_of(numbers: &[i64]) -> Option<Vec<(i64, Counts)>> {
 /// bytes (the counts hash: its ring is binary); a field that is not UTF-8
 /// is none this service wrote, and is skipped.
 pub(super) fn byte_pairs_of(flat: Vec<Value>) -> Vec<(String, Vec<u8>)> {
-    let mut pairs = Vec::with_capacity(flat.len() / 2);
-    let mut flat = flat.into_iter();
-    while let (Some(field), Some(value)) = (flat.next(), flat.next()) {
-        if let (Some(field), Some(value)) = (field.into_string(), value.as_bytes()) {
-            pairs.push((field, value.to_vec()));
-        }
-    }
-    pairs
+    pairs_with(flat, |value| value.as_bytes().map(<[u8]>::to_vec))
 }
 
 /// A flat field/value list (HGETALL's, the poll's) as UTF-8 pairs; a pair
 /// that is not UTF-8 is none this service wrote, and is skipped.
 pub(super) fn pairs_of(flat: Vec<Value>) -> Vec<(String, String)> {
+    pairs_with(flat, Value::into_string)
+}
+
+/// A flat field/value list as pairs of a UTF-8 field and what `value`
+/// makes of its value; a pair either cannot be read as is skipped.
+fn pairs_with<V>(flat: Vec<Value>, value: impl Fn(Value) -> Option<V>) -> Vec<(String, V)> {
     let mut pairs = Vec::with_capacity(flat.len() / 2);
     let mut flat = flat.into_iter();
-    while let (Some(field), Some(value)) = (flat.next(), flat.next()) {
-        if let (Some(field), Some(value)) = (field.into_string(), value.into_string()) {
-            pairs.push((field, value));
+    while let (Some(field), Some(v)) = (flat.next(), flat.next()) {
+        if let (Some(field), Some(v)) = (field.into_string(), value(v)) {
+            pairs.push((field, v));
         }
     }
     pairs
