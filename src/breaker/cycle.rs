@@ -1,19 +1,24 @@
 //! The breaker's background cycle: every [`TICK`], one script per Redis
-//! shard (`domain::shards`) flushes every tally of the shard's merchants
-//! and polls the shard's index; the transitions the answers call for are
-//! decided with the domain's rules and written, one script per shard that
-//! has any, each with its index entry; then the polls replace the view,
-//! and the transitions time made (OPEN → HALF-OPEN, an undecided
-//! HALF-OPEN → CLOSED), which each poll that saw one first reports, are
-//! logged and counted. So a tick costs at most 2 × [`SHARDS`] background
-//! calls, however many merchants have counts, and every transition is
-//! logged and counted once.
+//! shard (`domain::shards`) appends this instance's CLOSED counts of the
+//! shard's merchants to the shard's counts log, reads back every
+//! instance's appends since its last read, adds the half-open probes into
+//! their hashes and polls the shard's index; the log folds into the
+//! windows ([`super::window`]), and the transitions the windows and the
+//! probes call for are decided with the domain's rules and written, one
+//! script per shard that has any, each with its index entry; then the
+//! polls replace the view, and the transitions time made (OPEN →
+//! HALF-OPEN, an undecided HALF-OPEN → CLOSED), which each poll that saw
+//! one first reports, are logged and counted. So a tick costs at most
+//! 2 × [`SHARDS`] background calls (a few more with many probing
+//! merchants), however many merchants have counts, and every transition
+//! is logged and counted once.
 //!
 //! Its bound on "every instance sees a transition within 2 s": the calls
 //! that trip a breaker wait at most one tick in memory, the transition is
 //! written in that tick, and every other instance reads it at its next
 //! poll, at most one tick later, so two ticks (1 s) plus three round trips.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,16 +27,17 @@ use tokio_util::sync::CancellationToken;
 
 use super::Breakers;
 use super::own_changes::Change;
+use super::window::Folded;
 use crate::domain::breaker::{
-    BreakerState, Counts, ProbeVerdict, Tripped, probes_decide, state_at, trips, trips_at,
+    BreakerState, Counts, ProbeVerdict, Tripped, probes_decide, state_at, trips,
 };
-use crate::domain::ids::Connector;
-use crate::domain::shards::{SHARDS, Shard};
+use crate::domain::ids::{Connector, MerchantId};
+use crate::domain::shards::{SHARDS, Shard, shard_of};
 use crate::domain::tenant::Tenant;
 use crate::process::unix_millis;
 use crate::storage::{
-    BreakerTransition, ConnectorSnapshot, IndexEntry, MerchantTallies, PlannedTransition,
-    ShardTick, StorageError, TimeTransition,
+    BreakerTransition, ConnectorSnapshot, ConnectorTally, IndexEntry, MerchantTallies,
+    PlannedTransition, ShardLog, ShardTick, StorageError, TimeTransition, log_frames,
 };
 
 /// How often tallies are flushed and the index is read.
@@ -62,8 +68,11 @@ pub(super) async fn run(breakers: Arc<Breakers>, stop: CancellationToken) {
 /// One tick: every shard at once.
 pub(super) async fn tick(breakers: &Arc<Breakers>) {
     let now = unix_millis();
+    let settings = breakers.settings;
+    let mut due: Vec<Vec<Folded>> = (0..SHARDS).map(|_| Vec::new()).collect();
     for (tenant, merchant, connector) in breakers.rechecks.take_due(now) {
-        breakers.pending.touch(&tenant, &merchant, &connector);
+        let shard = shard_of(&tenant, &merchant);
+        due[shard.index()].push((tenant, merchant.as_str().to_owned(), connector.as_str().to_owned()));
     }
     let taken = breakers.pending.take();
     let deadline = Instant::now() + STEP_DEADLINE;
@@ -71,15 +80,27 @@ pub(super) async fn tick(breakers: &Arc<Breakers>) {
     // missing from the answers, and are applied over them.
     let seen = breakers.view.own_changes_seen();
     let mut shards = JoinSet::new();
-    for (shard, merchants) in Shard::all().zip(taken) {
+    for ((shard, merchants), due) in Shard::all().zip(taken).zip(due) {
         let breakers = breakers.clone();
         shards.spawn(async move {
+            // The CLOSED counts go to the shard's log; only the probes of
+            // HALF-OPEN breakers go into their merchants' hashes.
+            let log = ShardLog {
+                frames: log_frames(&merchants),
+                append_period: settings.bucket_of(now),
+                reads: breakers.windows.reads(shard, now, &settings),
+            };
+            let probing = probing(&merchants);
             let answer = breakers
                 .store
-                .breaker_tick(shard, &merchants, now, &breakers.settings, deadline)
+                .breaker_tick(shard, &log, &probing, now, &settings, deadline)
                 .await;
             match answer {
-                Ok(answer) => Some((shard, act(&breakers, shard, &merchants, answer, now).await)),
+                Ok(answer) => {
+                    let consumed: Vec<u64> = answer.log.iter().map(|read| read.consumed).collect();
+                    breakers.windows.advance(shard, &log.reads, &consumed, now, &settings);
+                    Some((shard, act(&breakers, shard, &probing, answer, due, now).await))
+                }
                 Err(error) => {
                     if error.is_background_failure() {
                         breakers.io_failed("flush", &error);
@@ -101,6 +122,7 @@ pub(super) async fn tick(breakers: &Arc<Breakers>) {
             polls.push(poll);
         }
     }
+    breakers.windows.prune(now, &settings);
     let dropped = breakers
         .view
         .replace(polls, now, breakers.settings.max_tracked, seen);
@@ -115,23 +137,49 @@ pub(super) async fn tick(breakers: &Arc<Breakers>) {
     }
 }
 
-/// Acts on one shard's answer: the transitions its merchants' counts call
-/// for, written in one call, and the transitions time made, logged. The
-/// shard's index entries, for the view.
+/// The merchants with probe counts, with only those.
+fn probing(merchants: &[MerchantTallies]) -> Vec<MerchantTallies> {
+    merchants
+        .iter()
+        .filter_map(|merchant| {
+            let tallies: Vec<ConnectorTally> = merchant
+                .tallies
+                .iter()
+                .filter(|tally| tally.probes.is_some())
+                .map(|tally| ConnectorTally {
+                    buckets: Vec::new(),
+                    ..tally.clone()
+                })
+                .collect();
+            (!tallies.is_empty()).then(|| MerchantTallies {
+                tenant: merchant.tenant.clone(),
+                merchant: merchant.merchant.clone(),
+                tallies,
+            })
+        })
+        .collect()
+}
+
+/// Acts on one shard's answer: folds the log it read into the windows,
+/// and writes the transitions the windows and the probes call for, in one
+/// call; logs the transitions time made. The shard's index entries, for
+/// the view.
 async fn act(
     breakers: &Breakers,
     shard: Shard,
     merchants: &[MerchantTallies],
     answer: ShardTick,
+    due: Vec<Folded>,
     now: i64,
 ) -> Vec<IndexEntry> {
+    let settings = &breakers.settings;
     let mut planned = Vec::new();
     let mut unwritten = Vec::new();
     for (merchant, reply) in merchants.iter().zip(answer.merchants) {
         match reply {
             Ok(snapshots) => {
                 for snapshot in snapshots {
-                    planned.extend(decide(breakers, merchant, snapshot, now));
+                    planned.extend(decide_probes(breakers, merchant, snapshot, now));
                 }
             }
             Err(error) => {
@@ -139,7 +187,7 @@ async fn act(
                     breakers.io_failed("flush", &error);
                 }
                 // Nothing of it applied (a later call of the tick that
-                // failed, or was never sent): its counts wait for the
+                // failed, or was never sent): its probes wait for the
                 // next tick.
                 if matches!(error, StorageError::Unavailable { .. }) {
                     unwritten.push(merchant.clone());
@@ -149,6 +197,26 @@ async fn act(
     }
     if !unwritten.is_empty() {
         breakers.pending.put_back(unwritten);
+    }
+    // A tripped breaker's calls count nowhere, and its window so far goes.
+    let tripped: HashSet<(&Tenant, &str, &str)> = answer
+        .index
+        .iter()
+        .filter(|entry| {
+            state_at(entry.tripped.as_ref(), now, settings) != BreakerState::Closed
+        })
+        .map(|entry| (&entry.tenant, entry.merchant.as_str(), entry.connector.as_str()))
+        .collect();
+    for &(tenant, merchant, connector) in &tripped {
+        breakers.windows.clear(tenant, merchant, connector);
+    }
+    let records = answer.log.into_iter().flat_map(|read| read.records).collect();
+    let mut folded = breakers.windows.fold(records, now, settings, |t, m, c| {
+        tripped.contains(&(t, m, c))
+    });
+    folded.extend(due.into_iter().filter(|(t, m, c)| !tripped.contains(&(t, m.as_str(), c.as_str()))));
+    for (tenant, merchant, connector) in folded {
+        planned.extend(decide_window(breakers, tenant, merchant, connector, now));
     }
     for timed in answer.timed {
         let (from, to) = match timed.kind {
@@ -191,10 +259,53 @@ struct Planned {
     counts: Counts,
 }
 
-/// Learns the breaker's state from a flush's answer, and the transition
-/// the domain's rules call for, if any; a CLOSED window that will trip as
-/// it ages is looked at again then.
-fn decide(
+/// The trip a CLOSED breaker's window calls for, if any; a window that
+/// will trip as it ages is looked at again then.
+fn decide_window(
+    breakers: &Breakers,
+    tenant: Tenant,
+    merchant: String,
+    connector: String,
+    now: i64,
+) -> Option<Planned> {
+    let settings = &breakers.settings;
+    let known = breakers
+        .view
+        .load()
+        .entry(&tenant, &merchant, &connector)
+        .and_then(|entry| entry.tripped);
+    if state_at(known.as_ref(), now, settings) != BreakerState::Closed {
+        return None;
+    }
+    let (counts, trips_later) = breakers
+        .windows
+        .judge(&tenant, &merchant, &connector, now, settings)?;
+    // Parsed only for a trip or a recheck: most windows need neither.
+    let ids = || Some((MerchantId::parse(&merchant).ok()?, Connector::parse(&connector).ok()?));
+    if !trips(counts, settings) {
+        if let Some(at) = trips_later
+            && let Some((id, connector_id)) = ids()
+        {
+            breakers.rechecks.schedule(at, (tenant, id, connector_id));
+        }
+        return None;
+    }
+    let (id, _) = ids()?;
+    Some(Planned {
+        plan: PlannedTransition {
+            tenant,
+            merchant: id,
+            connector,
+            transition: BreakerTransition::Trip { window: counts },
+        },
+        from: BreakerState::Closed,
+        counts,
+    })
+}
+
+/// Learns a probing breaker's state from a flush's answer, and the
+/// transition its probes call for, if any.
+fn decide_probes(
     breakers: &Breakers,
     merchant: &MerchantTallies,
     snapshot: ConnectorSnapshot,
@@ -218,35 +329,16 @@ fn decide(
         );
     }
     let state = state_at(snapshot.tripped.as_ref(), now, settings);
-    let (transition, counts) = match state {
-        BreakerState::Closed if trips(snapshot.window, settings) => {
-            (BreakerTransition::Trip, snapshot.window)
-        }
-        BreakerState::Closed => {
-            if let (Some(at), Ok(connector)) = (
-                trips_at(&snapshot.ring, now, settings),
-                Connector::parse(connector),
-            ) {
-                let key = (tenant.clone(), merchant.merchant.clone(), connector);
-                breakers.rechecks.schedule(at, key);
-            }
-            return None;
-        }
-        BreakerState::HalfOpen { since_ms } => match probes_decide(snapshot.probes, settings)? {
-            ProbeVerdict::Close => (
-                BreakerTransition::Close {
-                    open_until_ms: since_ms,
-                },
-                snapshot.probes,
-            ),
-            ProbeVerdict::Reopen => (
-                BreakerTransition::Reopen {
-                    open_until_ms: since_ms,
-                },
-                snapshot.probes,
-            ),
+    let BreakerState::HalfOpen { since_ms } = state else {
+        return None;
+    };
+    let transition = match probes_decide(snapshot.probes, settings)? {
+        ProbeVerdict::Close => BreakerTransition::Close {
+            open_until_ms: since_ms,
         },
-        BreakerState::Open { .. } => return None,
+        ProbeVerdict::Reopen => BreakerTransition::Reopen {
+            open_until_ms: since_ms,
+        },
     };
     Some(Planned {
         plan: PlannedTransition {
@@ -256,7 +348,7 @@ fn decide(
             transition,
         },
         from: state,
-        counts,
+        counts: snapshot.probes,
     })
 }
 
@@ -292,6 +384,9 @@ async fn write(breakers: &Breakers, shard: Shard, planned: Vec<Planned>, now: i6
             }
         };
         let (tenant, merchant) = (&plan.tenant, plan.merchant.as_str());
+        if tripped.is_some() {
+            breakers.windows.clear(tenant, merchant, &plan.connector);
+        }
         breakers.view.update(
             tenant,
             merchant,

@@ -11,15 +11,19 @@
 //! - GetPin reads the states from a snapshot in memory ([`view`]);
 //! - one background task ([`cycle`]) moves both, every [`cycle::TICK`]:
 //!   per Redis shard (`domain::shards`, a fixed number), one script
-//!   flushes every tally of the shard's merchants and reads back the
-//!   shard's index of every breaker that is not plainly CLOSED; the
-//!   transitions are decided with the domain's rules and written, with
-//!   their index entries, in one more script per shard that has any. So a
-//!   transition made by any instance is seen by every instance within two
-//!   ticks, and the background cost is bounded by the shards, not by the
-//!   merchants (issue 41: at 20,000 merchants a script per merchant per
-//!   tick filled the request path's Redis slots).
-//!
+//!   appends the CLOSED counts of the shard's merchants to the shard's
+//!   counts log and reads back every instance's appends since the last
+//!   read, which fold into the windows held in memory ([`window`]); it
+//!   also adds the half-open probes into their merchants' hashes, and
+//!   reads back the shard's index of every breaker that is not plainly
+//!   CLOSED. The transitions are decided with the domain's rules and
+//!   written, with their index entries, in one more script per shard that
+//!   has any. So a transition made by any instance is seen by every
+//!   instance within two ticks, and the background cost is bounded by the
+//!   shards, not by the merchants (issue 41: at 20,000 merchants a script
+//!   per merchant per tick filled the request path's Redis slots), and
+//!   Redis's by the bytes of the counts, not by a command per merchant.
+
 //! It fails open: a flush that fails loses its tallies (counts are a
 //! signal, not a record), and a shard that Redis has not answered for
 //! OPEN_FOR has its breakers read as CLOSED. No RPC waits on the breaker.
@@ -33,6 +37,7 @@ mod own_changes;
 mod pending;
 mod rechecks;
 mod view;
+mod window;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -54,6 +59,7 @@ use own_changes::Change;
 use pending::Pending;
 use rechecks::Rechecks;
 use view::View;
+use window::Windows;
 
 /// The breakers of every (tenant, merchant, connector) this process serves.
 pub struct Breakers {
@@ -61,6 +67,7 @@ pub struct Breakers {
     settings: BreakerSettings,
     metrics: Arc<Metrics>,
     pending: Pending,
+    windows: Windows,
     view: View,
     rechecks: Rechecks,
     /// Failed breaker reads and writes: a line every 30 s at most.
@@ -73,6 +80,7 @@ impl Breakers {
     pub fn new(store: RedisStore, settings: BreakerSettings, metrics: Arc<Metrics>) -> Self {
         Self {
             pending: Pending::new(settings.max_tracked),
+            windows: Windows::new(settings.max_tracked),
             view: View::default(),
             rechecks: Rechecks::new(settings.max_tracked),
             failure_log: LogThrottle::new(cycle::LOG_FAILURES_EVERY),
@@ -150,9 +158,13 @@ impl Breakers {
         merchant: &MerchantId,
         deadline: Instant,
     ) -> Result<Vec<ConnectorHealthRow>, StorageError> {
+        let now = unix_millis();
+        let windows = self
+            .windows
+            .of_merchant(tenant, merchant.as_str(), now, &self.settings);
         let result = self
             .store
-            .breaker_health(tenant, merchant, unix_millis(), &self.settings, deadline)
+            .breaker_health(tenant, merchant, &windows, now, &self.settings, deadline)
             .await;
         if result.is_err() {
             self.metrics.breaker_io_failure("health");

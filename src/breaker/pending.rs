@@ -157,13 +157,6 @@ impl Pending {
         }
     }
 
-    /// Has the pair flushed at the next tick even with no counts, so that
-    /// its window is read again (a breaker whose window will trip as old
-    /// calls age out).
-    pub fn touch(&self, tenant: &Tenant, merchant: &MerchantId, connector: &Connector) {
-        self.with_tally(tenant, merchant, connector, |_| {});
-    }
-
     /// Runs `change` on the pair's tally (made if new) and marks it dirty.
     fn with_tally(
         &self,
@@ -365,12 +358,6 @@ mod tests {
         assert_eq!(taken[1].tallies[0].probes, Some((5, counts(1, 1))));
         assert!(take(&pending).is_empty(), "nothing is flushed twice");
         assert_eq!(pending.len(), 2, "the pairs stay tracked");
-        // A touched pair is flushed with no counts, so its window is read.
-        pending.touch(d, &m1, &a);
-        let taken = take(&pending);
-        assert_eq!(taken.len(), 1);
-        assert_eq!(taken[0].tallies[0].connector, "a");
-        assert!(taken[0].tallies[0].buckets.is_empty());
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //! merchant a counts hash `sticky_brk_c{S}M`, per (merchant, connector) an
 //! OPEN key `sticky_brk_o{S}M_C`, and per shard an index hash
 //! `sticky_brk_i{S}` whose fields ([`index_trip_field`],
-//! [`index_override_field`]) name a pair by length prefix; and the
+//! [`index_override_field`]) name a pair by length prefix, and per shard
+//! and bucket period a counts log `sticky_brk_l{S}_P` ([`breaker_log_key`]);
+//! and the
 //! experiment counts (contract v1.2 §4), one hash per merchant and UTC day
 //! `sticky_exp_{S}M_YYYYMMDD` ([`experiment_key`]) with the fields
 //! [`EXPERIMENT_FIELDS`].
@@ -173,6 +175,13 @@ pub fn breaker_open_key(tenant: &Tenant, merchant: &MerchantId, connector: &str)
 /// `sticky_brk_i{S}`: the shard's breaker index, in the shard's slot.
 pub fn breaker_index_key(shard: Shard) -> BreakerIndexKey {
     BreakerIndexKey(format!("{BREAKER_KEY_PREFIX}i{{{}}}", shard.tag()))
+}
+
+/// `sticky_brk_l{S}_<period>`: the shard's breaker counts log of one
+/// bucket period (`period` = the bucket the appends were made in, as
+/// `BreakerSettings::bucket_of` numbers them), in the shard's slot.
+pub fn breaker_log_key(shard: Shard, period: i64) -> String {
+    format!("{BREAKER_KEY_PREFIX}l{{{}}}_{period}", shard.tag())
 }
 
 /// A key's start: `prefix`, `kind` (if not `\0`), and the hash tag of the

@@ -39,7 +39,7 @@ pub use scan::{HashContents, HashScanner, ScanError, ScannedHash};
 pub use settings::{REDIS_SETTINGS, RedisSetting, RedisSettings, RedisUrl, Secret, redact_url};
 pub use store::{
     BreakerTransition, ConnectorHealthRow, ConnectorSnapshot, ConnectorTally, ExperimentCounts,
-    ExperimentEntry, IndexEntry, MerchantTallies, PlannedTransition, RedisStore, ShardTick,
-    TimeTransition, TimedTransition,
+    ExperimentEntry, IndexEntry, LogRead, LogRecord, MerchantTallies, PlannedTransition,
+    RedisStore, ShardLog, ShardTick, TimeTransition, TimedTransition, log_frames,
 };
 pub use tls::{ClientCertFiles, TlsError, TlsFile, TlsFiles};

@@ -159,6 +159,9 @@ pub(super) const BREAKER_NEEDS: &[Need] = &[
     Need::on("+del", BREAKERS, &["DEL", BREAKER]),
     Need::on("+pttl", BREAKERS, &["PTTL", BREAKER]),
     Need::on("+pexpire", BREAKERS, &["PEXPIRE", BREAKER, "1"]),
+    // The counts log.
+    Need::on("+append", BREAKERS, &["APPEND", BREAKER, "x"]),
+    Need::on("+getrange", BREAKERS, &["GETRANGE", BREAKER, "0", "1"]),
 ];
 
 /// What the experiment counts send: granted by `deploy/redis-acl.txt`, and

@@ -40,7 +40,8 @@ use crate::telemetry::{Metrics, RedisCommand};
 pub(crate) use breaker::tick_chunk as breaker_tick_chunk;
 pub use breaker::{
     BreakerTransition, ConnectorHealthRow, ConnectorSnapshot, ConnectorTally, IndexEntry,
-    MerchantTallies, PlannedTransition, ShardTick, TimeTransition, TimedTransition,
+    LogRead, LogRecord, MerchantTallies, PlannedTransition, ShardLog, ShardTick, TimeTransition,
+    TimedTransition, log_frames,
 };
 pub use experiment::{ExperimentCounts, ExperimentEntry};
 

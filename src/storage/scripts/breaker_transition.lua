@@ -17,12 +17,14 @@
 --          (the ring the trip reads its counts from and clears)
 -- ARGV[7]  cap_ms (the longest the index keeps a trip)
 -- then per transition: kind (trip | close | reopen), the connector c,
---   expect_T (the open_until_ms the engine saw; close, reopen), and the
---   breaker's trip field in the index
+--   expect_T (the open_until_ms the engine saw; close, reopen), the
+--   breaker's trip field in the index, and the window's calls and
+--   failures the engine tripped on (trip; 0 0 otherwise: the window is
+--   kept in the engine's memory, folded from the shard's counts log)
 --
 --   trip:   refused if t:<c> is present and now < T + half_ms (OPEN or
 --           HALF-OPEN). Else T = now + open_for; t = "T calls failures",
---           the window's counts read here from the ring; the ring, hc, hf
+--           the window's counts as sent; a ring of an older layout, hc, hf
 --           go (a timed-out trip before it: x = its T); the open key is
 --           set; the index names the trip. Reply {1, T, calls, failures}.
 --   close:  only if t's T == expect_T: t, hc, hf and the ring go, x = T,
@@ -42,12 +44,15 @@
 -- index at least the trip's min(T + half_ms - now, cap_ms).
 local index = KEYS[1]
 local now, open_for, half = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local window, bucket_ms, ring_len = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+-- (ARGV[4..6], the window's shape, are no longer read: the engine sends
+-- a trip's counts.)
 local cap = tonumber(ARGV[7])
 
-local function transition(counts, open_key, kind, c, expect, field)
+local function transition(counts, open_key, kind, c, expect, field, calls, failures)
+  -- r:<c>, a window of the layout before the counts log, goes with a
+  -- trip's other counts; nothing reads it any more.
   local ring_field = 'r:' .. c
-  local stored = redis.call('HMGET', counts, 't:' .. c, 'hc:' .. c, 'hf:' .. c, ring_field)
+  local stored = redis.call('HMGET', counts, 't:' .. c, 'hc:' .. c, 'hf:' .. c)
   local T, tc, tf
   if stored[1] then
     T, tc, tf = brk_triple(stored[1])
@@ -55,8 +60,6 @@ local function transition(counts, open_key, kind, c, expect, field)
   end
   local hc, hf = brk_whole(stored[2]), brk_whole(stored[3])
   if not hc or not hf then return {-1} end
-  local ring = brk_ring(stored[4], ring_len)
-  if not ring then return {-1} end
   local pttl = redis.call('PTTL', counts)
 
   -- Everything this breaker keeps, but the trip record and x.
@@ -89,12 +92,6 @@ local function transition(counts, open_key, kind, c, expect, field)
     if T and now < T + half then
       return {0}
     end
-    local calls, failures = 0, 0
-    for i = 1, #ring, 3 do
-      if brk_counts_in_window(ring[i], now, window, bucket_ms) then
-        calls, failures = calls + ring[i + 1], failures + ring[i + 2]
-      end
-    end
     return open(calls, failures, T)
   elseif kind == 'close' then
     if not T or T ~= expect then
@@ -123,7 +120,8 @@ end
 local replies, at = {}, 8
 for k = 2, #KEYS - 1, 2 do
   local kind, c, expect, field = ARGV[at], ARGV[at + 1], tonumber(ARGV[at + 2]), ARGV[at + 3]
-  at = at + 4
-  replies[#replies + 1] = transition(KEYS[k], KEYS[k + 1], kind, c, expect, field)
+  local calls, failures = tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5])
+  at = at + 6
+  replies[#replies + 1] = transition(KEYS[k], KEYS[k + 1], kind, c, expect, field, calls, failures)
 end
 return replies

@@ -172,6 +172,7 @@ async fn admit(
 mod attempts;
 mod batch;
 mod breaker;
+mod breaker_log;
 mod breaker_shard;
 mod counts;
 mod experiment;

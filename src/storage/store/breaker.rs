@@ -24,8 +24,11 @@
 
 mod codec;
 mod health;
+mod log;
 #[cfg(test)]
 mod one;
+
+pub use log::{LogRead, LogRecord, log_frames};
 
 use std::time::Instant;
 
@@ -61,28 +64,23 @@ pub struct MerchantTallies {
     pub tallies: Vec<ConnectorTally>,
 }
 
-/// One connector's shared state after a flush.
+/// One probing connector's shared state after a flush.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectorSnapshot {
     pub connector: String,
-    /// The calls of the current window (CLOSED only: a trip clears it).
-    pub window: Counts,
     /// The trip, from the trip until the close.
     pub tripped: Option<Tripped>,
     /// The probes of the HALF-OPEN that `tripped` names.
     pub probes: Counts,
-    /// The window's buckets with calls, (bucket, counts): what `window`
-    /// sums, so the engine can tell when it will trip as they age out.
-    pub ring: Vec<(i64, Counts)>,
 }
 
 /// A transition the engine decided, applied only if the breaker is still
 /// where the engine saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BreakerTransition {
-    /// CLOSED → OPEN, with the window's counts as Redis holds them;
-    /// refused while a trip is OPEN or HALF-OPEN.
-    Trip,
+    /// CLOSED → OPEN, with the window's counts as the engine folded
+    /// them; refused while a trip is OPEN or HALF-OPEN.
+    Trip { window: Counts },
     /// HALF-OPEN → CLOSED, if the trip is still the one open until
     /// `open_until_ms`.
     Close { open_until_ms: i64 },
@@ -155,6 +153,18 @@ pub struct ShardTick {
     /// The transitions time made that this tick's poll saw first (each is
     /// reported to exactly one poll, of one instance).
     pub timed: Vec<TimedTransition>,
+    /// Per log key read, in the order asked: what was read.
+    pub log: Vec<LogRead>,
+}
+
+/// A shard's counts log in one tick: the frames this instance appends
+/// (to the key of the period `append_period`), and the keys it reads, by
+/// period, each from the offset it has read to.
+#[derive(Debug, Clone, Default)]
+pub struct ShardLog {
+    pub frames: Vec<u8>,
+    pub append_period: i64,
+    pub reads: Vec<(i64, u64)>,
 }
 
 /// One connector of GetConnectorHealth.
@@ -172,20 +182,24 @@ pub struct ConnectorHealthRow {
 }
 
 impl RedisStore {
-    /// One tick of one shard (breaker_flush.lua): adds every merchant's
-    /// pending counts into Redis, answers each connector's shared state,
-    /// and polls the shard's index. `merchants` must all be of `shard`;
-    /// with none, it only polls. The merchants go in at most
-    /// [`TICK_CALLS_PER_SHARD`] calls, one after the other, each of which
-    /// also polls: a call blocks Redis for its whole run, so a shard of
-    /// thousands of merchants in one call would hold every caller's
-    /// command behind it for milliseconds. When a call after the first
-    /// fails, the tick answers what the earlier ones wrote; that call's
-    /// merchants carry its error, and the later ones, never sent, are
-    /// `Unavailable` (`EarlierStepFailed`).
+    /// One tick of one shard (breaker_flush.lua): appends this instance's
+    /// frames to the shard's counts log and reads the log keys `log` names
+    /// from their offsets, adds every probing merchant's probe counts into
+    /// Redis and answers its connectors' shared state, and polls the
+    /// shard's index. `merchants` must all be of `shard` and carry only
+    /// probe counts; with none, it only appends, reads and polls. The
+    /// merchants go in at most [`TICK_CALLS_PER_SHARD`] calls, one after
+    /// the other, each of which also polls (the log goes with the first):
+    /// a call blocks Redis for its whole run, so a shard of thousands of
+    /// merchants in one call would hold every caller's command behind it
+    /// for milliseconds. When a call after the first fails, the tick
+    /// answers what the earlier ones wrote; that call's merchants carry its
+    /// error, and the later ones, never sent, are `Unavailable`
+    /// (`EarlierStepFailed`).
     pub async fn breaker_tick(
         &self,
         shard: Shard,
+        log: &ShardLog,
         merchants: &[MerchantTallies],
         now_ms: i64,
         settings: &BreakerSettings,
@@ -195,11 +209,11 @@ impl RedisStore {
         let mut chunks = merchants.chunks(size.max(1));
         let first = chunks.next().unwrap_or_default();
         let mut tick = self
-            .breaker_tick_call(shard, first, now_ms, settings, deadline)
+            .breaker_tick_call(shard, Some(log), first, now_ms, settings, deadline)
             .await?;
         for chunk in chunks {
             match self
-                .breaker_tick_call(shard, chunk, now_ms, settings, deadline)
+                .breaker_tick_call(shard, None, chunk, now_ms, settings, deadline)
                 .await
             {
                 Ok(more) => {
@@ -225,24 +239,32 @@ impl RedisStore {
     async fn breaker_tick_call(
         &self,
         shard: Shard,
+        log: Option<&ShardLog>,
         merchants: &[MerchantTallies],
         now_ms: i64,
         settings: &BreakerSettings,
         deadline: Instant,
     ) -> Result<ShardTick, StorageError> {
         let index = keys::breaker_index_key(shard);
+        let reads: &[(i64, u64)] = log.map_or(&[], |log| &log.reads);
+        let log_keys: Vec<String> = reads
+            .iter()
+            .map(|&(period, _)| keys::breaker_log_key(shard, period))
+            .collect();
         let counts: Vec<_> = merchants
             .iter()
             .map(|m| keys::breaker_counts_key(&m.tenant, &m.merchant))
             .collect();
         let mut key_list = vec![index.as_str()];
+        key_list.extend(log_keys.iter().map(String::as_str));
         key_list.extend(counts.iter().map(|key| key.as_str()));
-        let args = codec::flush_args(merchants, now_ms, settings);
+        let args = codec::flush_args(merchants, log, now_ms, settings);
         let reply: Value = self
             .breaker_script(Script::Flush, &key_list, &args, deadline)
             .await?;
-        let (merchants_replies, index_entries, timed) = codec::flush_reply(reply, merchants)
-            .map_err(|error| self.refused(index.as_str(), error))?;
+        let (merchants_replies, index_entries, timed, log) =
+            codec::flush_reply(reply, merchants, reads.len())
+                .map_err(|error| self.refused(index.as_str(), error))?;
         for (reply, key) in merchants_replies.iter().zip(&counts) {
             if let Err(error) = reply {
                 self.exec.note_refusal(key.as_str(), error);
@@ -252,6 +274,7 @@ impl RedisStore {
             merchants: merchants_replies,
             index: index_entries,
             timed,
+            log,
         })
     }
 
@@ -349,15 +372,18 @@ impl RedisStore {
         }
     }
 
-    /// GetConnectorHealth, from Redis: every connector of `tenant`'s
-    /// merchant with a trip not yet over, calls in the current window, or
-    /// an override, in bytewise connector order. Two reads (the (tenant,
-    /// merchant)'s counts hash, its shard's index, of which only this
-    /// merchant's fields count), sent together; no state change.
+    /// GetConnectorHealth: every connector of `tenant`'s merchant with a
+    /// trip not yet over, calls in the current window, or an override, in
+    /// bytewise connector order. The trips, probes and overrides from Redis
+    /// (two reads, sent together: the (tenant, merchant)'s counts hash, its
+    /// shard's index, of which only this merchant's fields count); the
+    /// CLOSED windows are `windows`, the engine's fold of the shard's
+    /// counts log. No state change.
     pub async fn breaker_health(
         &self,
         tenant: &Tenant,
         merchant: &MerchantId,
+        windows: &[(String, Counts)],
         now_ms: i64,
         settings: &BreakerSettings,
         deadline: Instant,
@@ -383,7 +409,7 @@ impl RedisStore {
         );
         let counts = codec::byte_pairs_of(counts?.into_array());
         let index = pairs_of(index?.into_array());
-        health::health_rows(tenant, merchant, &counts, &index, now_ms, settings)
+        health::health_rows(tenant, merchant, &counts, &index, windows, now_ms, settings)
     }
 
     /// Runs one of the breaker's scripts on `keys` (of one slot; the first

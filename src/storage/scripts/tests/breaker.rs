@@ -1,5 +1,5 @@
 //! The circuit breaker's scripts on real Redis, through the store's calls:
-//! the bucketed window, what OPEN and HALF-OPEN count, the transitions'
+//! the counts log (`log.rs` beside this), what HALF-OPEN counts, the transitions'
 //! compare and set, the index, GetConnectorHealth's rows, and a TTL on
 //! every key they write. Times are explicit `now_ms` values (the scripts
 //! never read a clock), so nothing sleeps; only the TTLs are real time.
@@ -52,6 +52,13 @@ fn buckets(c: &str, buckets: &[(i64, u64, u64)]) -> ConnectorTally {
     }
 }
 
+/// A trip as the engine sends it, with the window it folded.
+fn trip() -> BreakerTransition {
+    BreakerTransition::Trip {
+        window: counts(20, 10),
+    }
+}
+
 fn probes(c: &str, until: i64, calls: u64, failures: u64) -> ConnectorTally {
     ConnectorTally {
         connector: c.into(),
@@ -76,7 +83,7 @@ impl Harness {
 
     /// One connector's shared state at `now`, adding nothing.
     fn snapshot(&self, m: &str, c: &str, now: i64) -> ConnectorSnapshot {
-        self.flush(m, &[buckets(c, &[])], now).remove(0)
+        self.flush(m, &[probes(c, 0, 0, 0)], now).remove(0)
     }
 
     fn transition(
@@ -105,11 +112,14 @@ impl Harness {
             .unwrap()
     }
 
-    fn health(&self, m: &str, now: i64) -> Vec<ConnectorHealthRow> {
+    fn health(&self, m: &str, windows: &[(&str, Counts)], now: i64) -> Vec<ConnectorHealthRow> {
+        let windows: Vec<(String, Counts)> =
+            windows.iter().map(|(c, w)| ((*c).to_owned(), *w)).collect();
         self.runtime
             .block_on(self.store.breaker_health(
                 &Tenant::DEFAULT,
                 &merchant(m),
+                &windows,
                 now,
                 &settings(),
                 deadline(),
@@ -152,6 +162,12 @@ fn counts_key(m: &str) -> String {
         .to_owned()
 }
 
+/// The counts log of merchant `m`'s shard, of the bucket of `now`.
+fn log_key(m: &str, now: i64) -> String {
+    let shard = shard_of(&Tenant::DEFAULT, &merchant(m));
+    keys::breaker_log_key(shard, settings().bucket_of(now))
+}
+
 fn open_key(m: &str, c: &str) -> String {
     keys::breaker_open_key(&Tenant::DEFAULT, &merchant(m), c)
         .as_str()
@@ -167,108 +183,13 @@ fn the_ring_has_the_domains_shape() {
 }
 
 #[test]
-fn a_flush_adds_into_the_ring_and_sums_only_the_window() {
-    let h = Harness::new();
-    let s = settings();
-    let b0 = s.bucket_of(T0);
-    // Two instances' counts of one bucket add up; another connector's stay
-    // apart; the answer follows the tallies' order.
-    let first = h.flush("m", &[buckets("a", &[(b0, 2, 1)]), buckets("z", &[])], T0);
-    assert_eq!(first[0].window, counts(2, 1));
-    assert_eq!(
-        (first[1].connector.as_str(), first[1].window),
-        ("z", counts(0, 0))
-    );
-    let second = h.flush(
-        "m",
-        &[buckets("a", &[(b0, 3, 0), (b0 + 1, 1, 1)])],
-        T0 + B + 5,
-    );
-    assert_eq!(second[0].window, counts(6, 2));
-    // One field holds the connector's ring: per bucket three i8s.
-    let stored = h.raw(&counts_key("m"));
-    let ring: Vec<i64> = stored["r:a"]
-        .chunks_exact(8)
-        .map(|n| i64::from_le_bytes(n.try_into().unwrap()))
-        .collect();
-    assert_eq!(ring, [b0, 5, 1, b0 + 1, 1, 1]);
-    assert_eq!(stored.len(), 1, "{stored:?}");
-    assert_eq!(second[0].tripped, None);
-
-    // A call of bucket b0 (made at T0, its start, at the latest) counts
-    // for at least the window and never after the window plus one bucket:
-    // until (b0 + 1) × B + W, exclusive.
-    let end = (b0 + 1) * B + W;
-    assert_eq!(h.snapshot("m", "a", end - 1).window, counts(6, 2));
-    assert_eq!(h.snapshot("m", "a", end).window, counts(1, 1));
-    assert_eq!(h.snapshot("m", "a", end + B).window, counts(0, 0));
-    // The buckets that no longer count are gone.
-    assert!(h.strings(&counts_key("m")).is_empty());
-
-    // Counts of a bucket that no longer counts are dropped, not added; so
-    // are those of a bucket still to come (another instance's clock ahead).
-    let now = T0 + 10 * W;
-    let late = s.bucket_of(now - W - B - 1);
-    let ahead = s.bucket_of(now) + 1;
-    let got = h.flush("m", &[buckets("a", &[(late, 4, 4), (ahead, 1, 0)])], now);
-    assert_eq!(got[0].window, counts(0, 0));
-    assert_eq!(h.snapshot("m", "a", ahead * B).window, counts(0, 0));
-
-    // A bucket written by an instance whose clock is ahead is kept by one
-    // whose clock is behind, not counted yet and not dropped: it counts
-    // once its time comes.
-    let now = T0 + 50 * W;
-    let next = s.bucket_of(now) + 1;
-    h.flush("k", &[buckets("a", &[(next, 2, 2)])], next * B);
-    let behind = h.flush("k", &[buckets("a", &[(s.bucket_of(now), 1, 0)])], now);
-    assert_eq!(behind[0].window, counts(1, 0));
-    assert_eq!(h.snapshot("k", "a", next * B).window, counts(3, 2));
-
-    // However far apart the clocks, a ring is never written longer than
-    // ring_len buckets (the next read would refuse it as foreign): with a
-    // ring full of buckets still to come, the newest ring_len are kept.
-    let now = T0 + 70 * W;
-    let this = s.bucket_of(now);
-    let ahead: Vec<u8> = (1..=s.ring_len())
-        .flat_map(|k| [this + k, 1, 0])
-        .flat_map(i64::to_le_bytes)
-        .collect();
-    h.runtime
-        .block_on(h.inspect.hset::<(), _, _>(
-            counts_key("f").as_str(),
-            ("r:a", fred::prelude::Value::Bytes(ahead.into())),
-        ))
-        .unwrap();
-    h.flush("f", &[buckets("a", &[(this, 1, 0)])], now);
-    let kept = h.raw(&counts_key("f"))["r:a"].len();
-    assert_eq!(kept, 24 * usize::try_from(s.ring_len()).unwrap());
-    assert_eq!(
-        h.snapshot("f", "a", (this + s.ring_len()) * B).window.calls,
-        // The window then holds the last W / B + 1 of them, one call each.
-        (W / B + 1) as u64,
-        "read back, not refused"
-    );
-
-    // Buckets a ring apart never add up.
-    let now = T0 + 100 * W;
-    let old = s.bucket_of(now) - s.ring_len();
-    h.flush("m", &[buckets("r", &[(old, 9, 9)])], old * B);
-    let got = h.flush("m", &[buckets("r", &[(old + s.ring_len(), 1, 0)])], now);
-    assert_eq!(got[0].window, counts(1, 0));
-    // And a bucket a ring older is never added again: it cannot count
-    // any more (the ring spans more than a window).
-    let got = h.flush("m", &[buckets("r", &[(old, 5, 5)])], now);
-    assert_eq!(got[0].window, counts(1, 0));
-}
-
-#[test]
 fn a_trip_takes_the_windows_counts_and_open_drops_every_count() {
     let h = Harness::new();
     let s = settings();
     let b0 = s.bucket_of(T0);
     h.flush("m", &[buckets("a", &[(b0, 20, 10)])], T0);
     let now = T0 + 50;
-    let tripped = h.transition("m", "a", BreakerTransition::Trip, now);
+    let tripped = h.transition("m", "a", trip(), now);
     let t = now + OPEN_FOR;
     assert_eq!(
         tripped,
@@ -282,7 +203,7 @@ fn a_trip_takes_the_windows_counts_and_open_drops_every_count() {
     assert_eq!(
         stored,
         HashMap::from([("t:a".to_owned(), format!("{t} 20 10"))]),
-        "the ring is cleared"
+        "only the trip: no window of the layout before the log"
     );
     assert_eq!(
         h.strings(&open_key("m", "a")),
@@ -299,7 +220,6 @@ fn a_trip_takes_the_windows_counts_and_open_drops_every_count() {
         }],
         t - 1,
     );
-    assert_eq!(got[0].window, counts(0, 0));
     assert_eq!(got[0].probes, counts(0, 0));
     assert_eq!(got[0].tripped.map(|t| t.counts()), Some(counts(20, 10)));
     assert_eq!(h.strings(&counts_key("m")).len(), 1);
@@ -310,7 +230,7 @@ fn half_open_counts_only_probes_tagged_with_its_trip() {
     let h = Harness::new();
     let s = settings();
     let t = h
-        .transition("m", "a", BreakerTransition::Trip, T0)
+        .transition("m", "a", trip(), T0)
         .unwrap()
         .open_until_ms;
     let now = t + 10;
@@ -327,7 +247,6 @@ fn half_open_counts_only_probes_tagged_with_its_trip() {
         now,
     );
     assert_eq!(got[0].probes, counts(2, 1));
-    assert_eq!(got[0].window, counts(0, 0));
     // Probes of another half-open (an older trip's) are dropped.
     let got = h.flush("m", &[probes("a", t - 1, 5, 5)], now + 1);
     assert_eq!(got[0].probes, counts(2, 1));
@@ -341,7 +260,7 @@ fn a_half_open_that_timed_out_is_cleared_and_counts_afresh() {
     let h = Harness::new();
     let s = settings();
     let t = h
-        .transition("m", "a", BreakerTransition::Trip, T0)
+        .transition("m", "a", trip(), T0)
         .unwrap()
         .open_until_ms;
     h.flush("m", &[probes("a", t, 1, 1)], t);
@@ -358,7 +277,6 @@ fn a_half_open_that_timed_out_is_cleared_and_counts_afresh() {
     );
     assert_eq!(got[0].tripped, None);
     assert_eq!(got[0].probes, counts(0, 0));
-    assert_eq!(got[0].window, counts(4, 1));
     let stored = h.strings(&counts_key("m"));
     assert_eq!(stored["x:a"], t.to_string());
     for gone in ["t:a", "hc:a", "hf:a"] {
@@ -366,7 +284,7 @@ fn a_half_open_that_timed_out_is_cleared_and_counts_afresh() {
     }
     // A trip then is a fresh one (the timed-out one refuses nothing).
     assert!(
-        h.transition("m", "a", BreakerTransition::Trip, now + 1)
+        h.transition("m", "a", trip(), now + 1)
             .is_some()
     );
 }
@@ -391,7 +309,7 @@ fn probes_of_a_trip_the_hash_lost_make_it_again() {
     let got = h.flush("n", &[probes("a", u, 2, 0)], u + HALF);
     assert_eq!(got[0].tripped, None);
     let t = h
-        .transition("p", "a", BreakerTransition::Trip, u - OPEN_FOR)
+        .transition("p", "a", trip(), u - OPEN_FOR)
         .unwrap()
         .open_until_ms;
     assert!(
@@ -412,17 +330,17 @@ fn probes_of_a_trip_the_hash_lost_make_it_again() {
 fn transitions_apply_only_where_the_engine_saw_the_breaker() {
     let h = Harness::new();
     let t = h
-        .transition("m", "a", BreakerTransition::Trip, T0)
+        .transition("m", "a", trip(), T0)
         .unwrap()
         .open_until_ms;
     assert_eq!(t, T0 + OPEN_FOR);
     // A second trip is refused, OPEN or HALF-OPEN.
     assert_eq!(
-        h.transition("m", "a", BreakerTransition::Trip, T0 + 1),
+        h.transition("m", "a", trip(), T0 + 1),
         None
     );
     assert_eq!(
-        h.transition("m", "a", BreakerTransition::Trip, t + HALF - 1),
+        h.transition("m", "a", trip(), t + HALF - 1),
         None
     );
     // A close or reopen of another trip is refused, and so is one of a
@@ -484,8 +402,6 @@ fn transitions_apply_only_where_the_engine_saw_the_breaker() {
         HashMap::from([("x:a".to_owned(), t2.to_string())])
     );
     assert!(h.strings(&open_key("m", "a")).is_empty());
-    // Counts start afresh.
-    assert_eq!(h.snapshot("m", "a", t2 + 3).window, counts(0, 0));
     assert_eq!(
         h.transition(
             "m",
@@ -631,21 +547,8 @@ fn health_lists_trips_counts_and_overrides_in_bytewise_order() {
     let s = settings();
     let m = merchant("m");
     let now = T0;
-    let b = s.bucket_of(now);
     // "Z" < "a" < "é" bytewise.
-    h.flush(
-        "m",
-        &[
-            buckets("é", &[(b, 3, 1)]),
-            buckets("a", &[(b, 20, 10)]),
-            buckets("quiet", &[]),
-        ],
-        now,
-    );
-    let tripped = h
-        .transition("m", "a", BreakerTransition::Trip, now)
-        .unwrap();
-    h.flush("other", &[buckets("x", &[(b, 1, 1)])], now);
+    let tripped = h.transition("m", "a", trip(), now).unwrap();
     let over = OverrideUntil {
         kind: Override::ForceClosed,
         until_ms: now + 60_000,
@@ -660,7 +563,9 @@ fn health_lists_trips_counts_and_overrides_in_bytewise_order() {
             .await
             .unwrap();
     });
-    let rows = h.health("m", now + 1);
+    // The CLOSED windows are the engine's; "a"'s, OPEN, is not shown.
+    let windows = [("é", counts(3, 1)), ("a", counts(25, 12))];
+    let rows = h.health("m", &windows, now + 1);
     assert_eq!(
         rows,
         vec![
@@ -692,12 +597,12 @@ fn health_lists_trips_counts_and_overrides_in_bytewise_order() {
     // HALF-OPEN: the probes so far.
     let t = tripped.open_until_ms;
     h.flush("m", &[probes("a", t, 2, 1)], t);
-    let rows = h.health("m", t + 1);
+    let rows = h.health("m", &windows, t + 1);
     let a = rows.iter().find(|r| r.connector == "a").unwrap();
     assert_eq!(a.state, BreakerState::HalfOpen { since_ms: t });
     assert_eq!((a.counts, a.open_until_ms), (counts(2, 1), 0));
     // An unknown merchant has no rows.
-    assert!(h.health("nobody", now).is_empty());
+    assert!(h.health("nobody", &[], now).is_empty());
 }
 
 #[test]
@@ -711,12 +616,14 @@ fn every_key_the_breaker_writes_has_a_ttl_within_the_bounds() {
         &[buckets("a", &[(b, 20, 10)]), buckets("b", &[(b, 1, 0)])],
         T0,
     );
+    // The counts went to the shard's log, which lives W and 3 buckets.
+    assert!(h.strings(&counts_key("m")).is_empty());
     assert!(
-        (HALF - 1_000..=HALF).contains(&h.pttl(&counts_key("m"))),
-        "a flush gives 2W"
+        (W + 3 * B - 1_000..=W + 3 * B).contains(&h.pttl(&log_key("m", T0))),
+        "a log key lives W + 3 B"
     );
     let t = h
-        .transition("m", "a", BreakerTransition::Trip, T0)
+        .transition("m", "a", trip(), T0)
         .unwrap()
         .open_until_ms;
     h.flush("n", &[probes("a", T0, 1, 0)], T0 + 1);
@@ -727,7 +634,7 @@ fn every_key_the_breaker_writes_has_a_ttl_within_the_bounds() {
         T0 + 2,
     )
     .unwrap();
-    h.transition("n", "a", BreakerTransition::Trip, T0 + 2 + OPEN_FOR + HALF)
+    h.transition("n", "a", trip(), T0 + 2 + OPEN_FOR + HALF)
         .unwrap();
     h.flush("p", &[probes("a", T0, 1, 0)], T0 + 1);
     h.transition(
@@ -805,9 +712,9 @@ fn a_tenants_breaker_is_its_own_and_every_key_it_writes_has_a_ttl() {
             )
             .await
             .unwrap();
-        assert_eq!(flushed[0].window, counts(20, 10), "acme's own window");
+        assert!(flushed.is_empty(), "no probes: nothing of the hash");
         let tripped = store
-            .transition_breaker(&acme, &m, "a", BreakerTransition::Trip, T0, &s, deadline())
+            .transition_breaker(&acme, &m, "a", trip(), T0, &s, deadline())
             .await
             .unwrap()
             .unwrap();
@@ -828,7 +735,6 @@ fn a_tenants_breaker_is_its_own_and_every_key_it_writes_has_a_ttl() {
     assert_eq!(tripped.counts(), counts(20, 10));
     // The default tenant's breaker of the same ids neither counted acme's
     // calls nor tripped.
-    assert_eq!(h.snapshot("m", "a", T0 + 1).window, counts(3, 0));
     assert_eq!(h.snapshot("m", "a", T0 + 1).tripped, None);
 
     let acme_counts = keys::breaker_counts_key(&acme, &m);
@@ -845,13 +751,16 @@ fn a_tenants_breaker_is_its_own_and_every_key_it_writes_has_a_ttl() {
     );
     let mut keys = h.breaker_keys();
     keys.sort();
+    // Each tenant's counts went to its merchant's shard's log.
     let mut expected = vec![
         acme_index.as_str().to_owned(),
-        counts_key("m"),
+        log_key("m", T0),
+        keys::breaker_log_key(shard_of(&acme, &m), b),
         acme_counts.as_str().to_owned(),
         acme_open.as_str().to_owned(),
     ];
     expected.sort();
+    expected.dedup();
     assert_eq!(keys, expected);
     for key in &keys {
         let ttl = h.pttl(key);
@@ -878,7 +787,7 @@ fn a_tenants_breaker_is_its_own_and_every_key_it_writes_has_a_ttl() {
             .iter()
             .all(|e| e.tenant == acme && e.merchant == "m")
     );
-    let default_rows = h.health("m", T0 + 1);
+    let default_rows = h.health("m", &[("a", counts(3, 0))], T0 + 1);
     assert_eq!(default_rows.len(), 1);
     assert_eq!(
         (default_rows[0].state, default_rows[0].over),
@@ -886,7 +795,7 @@ fn a_tenants_breaker_is_its_own_and_every_key_it_writes_has_a_ttl() {
     );
     let acme_rows = h
         .runtime
-        .block_on(h.store.breaker_health(&acme, &m, T0 + 1, &s, deadline()))
+        .block_on(h.store.breaker_health(&acme, &m, &[], T0 + 1, &s, deadline()))
         .unwrap();
     let states: Vec<_> = acme_rows
         .iter()
@@ -921,7 +830,7 @@ fn a_stored_value_the_breaker_never_writes_stops_the_flush_unwritten() {
     let result = h.runtime.block_on(h.store.flush_breakers(
         &Tenant::DEFAULT,
         &merchant("m"),
-        &[buckets("a", &[(settings().bucket_of(T0), 1, 1)])],
+        &[probes("a", T0, 1, 1)],
         T0,
         &settings(),
         deadline(),
@@ -955,6 +864,9 @@ fn the_two_key_transition_runs_in_one_slot_on_cluster() {
             let m = merchant(m);
             let b = s.bucket_of(T0);
             let tally = buckets("con{x}%", &[(b, 4, 4)]);
+            let trip = BreakerTransition::Trip {
+                window: counts(4, 4),
+            };
             store
                 .flush_breakers(&Tenant::DEFAULT, &m, &[tally], T0, &s, deadline())
                 .await
@@ -964,7 +876,7 @@ fn the_two_key_transition_runs_in_one_slot_on_cluster() {
                     &Tenant::DEFAULT,
                     &m,
                     "con{x}%",
-                    BreakerTransition::Trip,
+                    trip,
                     T0,
                     &s,
                     deadline(),
@@ -988,7 +900,7 @@ fn the_two_key_transition_runs_in_one_slot_on_cluster() {
                 .unwrap();
             assert!(closed.is_some());
             let rows = store
-                .breaker_health(&Tenant::DEFAULT, &m, T0 + OPEN_FOR, &s, deadline())
+                .breaker_health(&Tenant::DEFAULT, &m, &[], T0 + OPEN_FOR, &s, deadline())
                 .await
                 .unwrap();
             assert!(rows.is_empty(), "{rows:?}");
@@ -1051,7 +963,7 @@ fn a_key_that_could_not_be_given_its_ttl_is_never_made() {
                 &Tenant::DEFAULT,
                 &m,
                 "a",
-                BreakerTransition::Trip,
+                trip(),
                 T0,
                 &s,
                 deadline(),

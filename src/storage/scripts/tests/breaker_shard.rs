@@ -1,5 +1,5 @@
 //! The breaker's shard scripts on real Redis (issue 41): one call carries
-//! many merchants, a merchant's bad value leaves the others written, a
+//! many probing merchants, a merchant's bad value leaves the others written, a
 //! transition writes its index entry in the same step, and the
 //! transitions time makes are reported once, by the one poll that sees
 //! them first.
@@ -10,7 +10,8 @@ use super::*;
 use crate::domain::breaker::{BreakerSettings, Counts, Tripped};
 use crate::domain::shards::{Shard, shard_of};
 use crate::storage::{
-    BreakerTransition, ConnectorTally, MerchantTallies, PlannedTransition, TimeTransition,
+    BreakerTransition, ConnectorTally, MerchantTallies, PlannedTransition, ShardLog,
+    TimeTransition, log_frames,
 };
 
 fn settings() -> BreakerSettings {
@@ -25,6 +26,12 @@ const OPEN_FOR: i64 = 3_000;
 const HALF: i64 = 2_000;
 const T0: i64 = 1_764_000_000_000;
 
+fn trip(calls: u64, failures: u64) -> BreakerTransition {
+    BreakerTransition::Trip {
+        window: Counts { calls, failures },
+    }
+}
+
 fn deadline() -> Instant {
     Instant::now() + Duration::from_secs(5)
 }
@@ -38,17 +45,22 @@ fn merchants_of(shard: Shard, n: usize) -> Vec<MerchantId> {
         .collect()
 }
 
+/// Probes of the HALF-OPEN since T0 (a trip the hash does not hold: the
+/// flush makes it again), the counts that go into a merchant's hash.
 fn tally(merchant: &MerchantId, calls: u64, failures: u64) -> MerchantTallies {
-    let s = settings();
     MerchantTallies {
         tenant: Tenant::DEFAULT,
         merchant: merchant.clone(),
         tallies: vec![ConnectorTally {
             connector: "a".into(),
-            buckets: vec![(s.bucket_of(T0), Counts { calls, failures })],
-            probes: None,
+            buckets: vec![],
+            probes: Some((T0, Counts { calls, failures })),
         }],
     }
+}
+
+fn no_log() -> ShardLog {
+    ShardLog::default()
 }
 
 #[test]
@@ -58,7 +70,7 @@ fn four_calls_carry_every_merchant_of_the_shard_and_a_bad_one_fails_alone() {
     let shard = Shard::all().nth(3).unwrap();
     let ms = merchants_of(shard, 200);
     // A value this service never writes, in the 8th merchant's hash, and
-    // a ring of the text layout (not 24 bytes a bucket) in the 9th's.
+    // probes that are not a number in the 9th's.
     let bad = keys::breaker_counts_key(&Tenant::DEFAULT, &ms[7]);
     h.runtime
         .block_on(h.inspect.hset::<(), _, _>(bad.as_str(), ("t:a", "junk")))
@@ -67,7 +79,7 @@ fn four_calls_carry_every_merchant_of_the_shard_and_a_bad_one_fails_alone() {
     h.runtime
         .block_on(
             h.inspect
-                .hset::<(), _, _>(bad_ring.as_str(), ("r:a", "1 2 3")),
+                .hset::<(), _, _>(bad_ring.as_str(), ("hc:a", "1 2 3")),
         )
         .unwrap();
     let sent: Vec<MerchantTallies> = ms
@@ -78,7 +90,7 @@ fn four_calls_carry_every_merchant_of_the_shard_and_a_bad_one_fails_alone() {
     let before = h.metrics.render();
     let tick = h
         .runtime
-        .block_on(h.store.breaker_tick(shard, &sent, T0, &s, deadline()))
+        .block_on(h.store.breaker_tick(shard, &no_log(), &sent, T0, &s, deadline()))
         .unwrap();
     let after = h.metrics.render();
     assert_eq!(tick.merchants.len(), 200);
@@ -92,22 +104,22 @@ fn four_calls_carry_every_merchant_of_the_shard_and_a_bad_one_fails_alone() {
         }
         let snapshots = reply.as_ref().unwrap();
         assert_eq!(
-            snapshots[0].window,
+            snapshots[0].probes,
             Counts {
                 calls: i as u64 + 1,
                 failures: 1
             }
         );
-        assert_eq!(snapshots[0].ring.len(), 1);
+        assert_eq!(snapshots[0].tripped.map(|t| t.open_until_ms), Some(T0));
         let key = keys::breaker_counts_key(&Tenant::DEFAULT, &ms[i]);
         let ttl = h.pttl(key.as_str());
         assert!(ttl > 0 && ttl <= HALF.max(OPEN_FOR), "{ttl}");
     }
     assert!(h.raw(bad.as_str()).len() == 1, "the bad hash is untouched");
     assert_eq!(
-        h.raw(bad_ring.as_str())["r:a"],
+        h.raw(bad_ring.as_str())["hc:a"],
         b"1 2 3",
-        "so is the bad ring"
+        "so are the bad probes"
     );
     // Four script calls for the 200 merchants (64, 64, 64, 8), one after
     // the other: never a call per merchant, and none holding Redis long.
@@ -146,7 +158,7 @@ fn a_failing_call_after_the_first_leaves_the_earlier_written_and_the_later_unsen
     let sent: Vec<MerchantTallies> = ms.iter().map(|m| tally(m, 1, 0)).collect();
     let tick = h
         .runtime
-        .block_on(h.store.breaker_tick(shard, &sent, T0, &s, deadline()))
+        .block_on(h.store.breaker_tick(shard, &no_log(), &sent, T0, &s, deadline()))
         .unwrap();
     assert_eq!(tick.merchants.len(), 200);
     for (i, reply) in tick.merchants.iter().enumerate() {
@@ -195,10 +207,6 @@ fn a_transition_writes_its_index_entry_in_the_same_step() {
     let s = settings();
     let shard = Shard::all().nth(5).unwrap();
     let ms = merchants_of(shard, 2);
-    let sent = [tally(&ms[0], 20, 12), tally(&ms[1], 20, 15)];
-    h.runtime
-        .block_on(h.store.breaker_tick(shard, &sent, T0, &s, deadline()))
-        .unwrap();
     let plan = |m: &MerchantId, transition| PlannedTransition {
         tenant: Tenant::DEFAULT,
         merchant: m.clone(),
@@ -210,8 +218,8 @@ fn a_transition_writes_its_index_entry_in_the_same_step() {
         .block_on(h.store.breaker_transitions(
             shard,
             &[
-                plan(&ms[0], BreakerTransition::Trip),
-                plan(&ms[1], BreakerTransition::Trip),
+                plan(&ms[0], trip(20, 12)),
+                plan(&ms[1], trip(20, 15)),
             ],
             T0,
             &s,
@@ -241,7 +249,7 @@ fn a_transition_writes_its_index_entry_in_the_same_step() {
     assert_eq!(h.raw(index.as_str()).len(), 2);
     let tick = h
         .runtime
-        .block_on(h.store.breaker_tick(shard, &[], T0 + 1, &s, deadline()))
+        .block_on(h.store.breaker_tick(shard, &no_log(), &[], T0 + 1, &s, deadline()))
         .unwrap();
     assert_eq!(tick.index.len(), 2);
     let ttl = h.pttl(index.as_str());
@@ -291,7 +299,7 @@ fn the_transitions_time_makes_are_reported_once() {
         .unwrap();
     let poll = |now: i64| {
         h.runtime
-            .block_on(h.store.breaker_tick(shard, &[], now, &s, deadline()))
+            .block_on(h.store.breaker_tick(shard, &no_log(), &[], now, &s, deadline()))
             .unwrap()
     };
     // Still OPEN: nothing.
@@ -346,6 +354,7 @@ fn tick_cost_per_merchant() {
     // The best of 5 rounds of 20 ticks: the machine's noise only adds.
     let ticks = 20;
     let mut best = f64::MAX;
+    let mut offsets = std::collections::BTreeMap::<i64, u64>::new();
     for round in 0..5 {
         let before = usec();
         for tick in 0..ticks {
@@ -368,9 +377,20 @@ fn tick_cost_per_merchant() {
                     }],
                 })
                 .collect();
-            h.runtime
-                .block_on(h.store.breaker_tick(shard, &sent, now, &s, deadline()))
+            // As the engine sends them: appended to the shard's log, and
+            // read back from this instance's offset.
+            let period = s.bucket_of(now);
+            let log = ShardLog {
+                frames: log_frames(&sent),
+                append_period: period,
+                reads: vec![(period, offsets.get(&period).copied().unwrap_or(0))],
+            };
+            let tick = h
+                .runtime
+                .block_on(h.store.breaker_tick(shard, &log, &[], now, &s, deadline()))
                 .unwrap();
+            *offsets.entry(period).or_default() += tick.log[0].consumed;
+            assert_eq!(tick.log[0].records.len(), ms.len());
         }
         let spent = usec() - before;
         best = best.min(spent as f64 / (ticks as f64 * ms.len() as f64));

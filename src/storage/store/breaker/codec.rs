@@ -4,9 +4,10 @@
 
 use fred::prelude::Value;
 
+use super::log::{READ_MOST, read_log};
 use super::{
-    BreakerTransition, ConnectorSnapshot, ConnectorTally, IndexEntry, MerchantTallies,
-    TimeTransition, TimedTransition,
+    BreakerTransition, ConnectorSnapshot, ConnectorTally, IndexEntry, LogRead, MerchantTallies,
+    ShardLog, TimeTransition, TimedTransition,
 };
 use crate::domain::breaker::{BreakerSettings, Counts, Override, OverrideUntil, Tripped};
 use crate::domain::keys::{IndexFieldKind, parse_index_field};
@@ -16,7 +17,7 @@ pub(super) fn decimal(n: impl Into<i64>) -> Value {
     Value::from(n.into().to_string())
 }
 
-/// One number of the packed tallies (breaker_flush.lua's ARGV[7]): an
+/// One number of the packed probes (breaker_flush.lua's ARGV[7]): an
 /// i8 of Lua's struct, little-endian. Counts past i64 do not happen (a
 /// tick's calls of one pair); they are held at i64::MAX, never wrapped.
 fn put_i8(packed: &mut Vec<u8>, n: impl TryInto<i64>) {
@@ -37,9 +38,11 @@ pub(super) fn index_cap_ms(settings: &BreakerSettings) -> i64 {
     settings.half_open_for_ms().max(settings.open_for_ms())
 }
 
-/// breaker_flush.lua's arguments.
+/// breaker_flush.lua's arguments: `merchants`' probe counts, and the
+/// counts log's append and reads (`log`, with the first call of a tick).
 pub(super) fn flush_args(
     merchants: &[MerchantTallies],
+    log: Option<&ShardLog>,
     now_ms: i64,
     s: &BreakerSettings,
 ) -> Vec<Value> {
@@ -51,7 +54,7 @@ pub(super) fn flush_args(
         decimal(s.half_open_for_ms()),
         decimal(index_cap_ms(s)),
     ];
-    // One string for every merchant's tallies, not an argument per
+    // One string for every merchant's probes, not an argument per
     // number: a frame per number here and a Lua string per number in
     // Redis were most of a tick's cost per merchant (bench/README.md).
     let mut packed = Vec::with_capacity(merchants.len() * 64);
@@ -60,12 +63,6 @@ pub(super) fn flush_args(
         for tally in &merchant.tallies {
             put_len(&mut packed, tally.connector.len());
             packed.extend_from_slice(tally.connector.as_bytes());
-            put_len(&mut packed, tally.buckets.len());
-            for (bucket, counts) in &tally.buckets {
-                put_i8(&mut packed, *bucket);
-                put_i8(&mut packed, counts.calls);
-                put_i8(&mut packed, counts.failures);
-            }
             let (until, probes) = tally.probes.unwrap_or_default();
             put_i8(&mut packed, until);
             put_i8(&mut packed, probes.calls);
@@ -73,26 +70,61 @@ pub(super) fn flush_args(
         }
     }
     args.push(Value::Bytes(packed.into()));
+    let reads: &[(i64, u64)] = log.map_or(&[], |log| &log.reads);
+    let (frames, append_to) = match log {
+        Some(log) if !log.frames.is_empty() => {
+            let to = reads
+                .iter()
+                .position(|&(period, _)| period == log.append_period)
+                .map_or(0, |at| at + 1);
+            (log.frames.clone(), to)
+        }
+        _ => (Vec::new(), 0),
+    };
+    args.push(decimal(i64::try_from(reads.len()).unwrap_or(i64::MAX)));
+    args.push(Value::Bytes(frames.into()));
+    args.push(decimal(i64::try_from(append_to).unwrap_or(0)));
+    args.push(decimal(log_ttl_ms(s)));
+    args.push(decimal(i64::try_from(READ_MOST).unwrap_or(i64::MAX)));
+    for &(_, from) in reads {
+        args.push(decimal(i64::try_from(from).unwrap_or(i64::MAX)));
+    }
     args
+}
+
+/// How long a log key lives after its last append: its counts count for
+/// at most a window and a bucket after their bucket, and a key's appends
+/// may carry counts of the bucket before its own (a tick's counts are
+/// taken up to a tick late), with a bucket to spare.
+pub(crate) fn log_ttl_ms(s: &BreakerSettings) -> i64 {
+    s.window_ms() + 3 * s.bucket_ms()
 }
 
 /// What one script call answered for a whole shard: per merchant, its
 /// snapshots or why it was left unwritten; the index's entries; the
-/// transitions time made that this poll saw first.
+/// transitions time made that this poll saw first; the log keys' reads.
 pub(super) type FlushReply = (
     Vec<Result<Vec<ConnectorSnapshot>, StorageError>>,
     Vec<IndexEntry>,
     Vec<TimedTransition>,
+    Vec<LogRead>,
 );
 
-/// breaker_flush.lua's reply: `{1, merchants, kept, events}`.
+/// breaker_flush.lua's reply: `{1, merchants, kept, events, logs}`.
 pub(super) fn flush_reply(
     reply: Value,
     merchants: &[MerchantTallies],
+    reads: usize,
 ) -> Result<FlushReply, StorageError> {
     let odd = || StorageError::Unexpected("breaker_flush replied in a shape it never does".into());
     let mut parts = reply.into_array().into_iter();
-    let (Some(status), Some(replies), Some(kept), Some(events), None) = (
+    let status = parts.next().ok_or_else(odd)?;
+    match status.as_i64() {
+        Some(1) => {}
+        Some(-2) => return Err(no_pexpire()),
+        _ => return Err(odd()),
+    }
+    let (Some(replies), Some(kept), Some(events), Some(logs), None) = (
         parts.next(),
         parts.next(),
         parts.next(),
@@ -101,13 +133,9 @@ pub(super) fn flush_reply(
     ) else {
         return Err(odd());
     };
-    match status.as_i64() {
-        Some(1) => {}
-        Some(-2) => return Err(no_pexpire()),
-        _ => return Err(odd()),
-    }
     let replies = replies.into_array();
-    if replies.len() != merchants.len() {
+    let logs = logs.into_array();
+    if replies.len() != merchants.len() || logs.len() != reads {
         return Err(odd());
     }
     let snapshots = replies
@@ -117,10 +145,16 @@ pub(super) fn flush_reply(
             merchant_reply(&packed_numbers(reply).ok_or_else(odd)?, &merchant.tallies)
         })
         .collect();
+    let logs = logs
+        .into_iter()
+        .map(|bytes| Some(read_log(bytes.as_bytes()?)))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(odd)?;
     Ok((
         snapshots,
         index_entries(pairs_of(kept.into_array())),
         timed(events.into_array()),
+        logs,
     ))
 }
 
@@ -134,8 +168,8 @@ fn packed_numbers(reply: Value) -> Option<Vec<i64>> {
     unpack_i8s(reply.as_bytes()?)
 }
 
-/// Lua struct's i8s, little-endian, as breaker_flush.lua packs its replies
-/// and its rings; `None` for bytes that are not whole i8s.
+/// Lua struct's i8s, little-endian, as breaker_flush.lua packs its
+/// replies; `None` for bytes that are not whole i8s.
 fn unpack_i8s(bytes: &[u8]) -> Option<Vec<i64>> {
     if !bytes.len().is_multiple_of(8) {
         return None;
@@ -148,8 +182,8 @@ fn unpack_i8s(bytes: &[u8]) -> Option<Vec<i64>> {
     )
 }
 
-/// One merchant's part of the reply: `{1, then per connector 8 numbers and
-/// its ring's triples}`, or its error.
+/// One merchant's part of the reply: `{1, then per connector 5 numbers}`,
+/// or its error.
 pub(super) fn merchant_reply(
     reply: &[i64],
     tallies: &[ConnectorTally],
@@ -157,41 +191,25 @@ pub(super) fn merchant_reply(
     match reply {
         [-1] => return Err(foreign("the merchant's breaker counts")),
         [-2] => return Err(no_pexpire()),
-        [1, rest @ ..] => {
-            let mut rest = rest;
-            let mut snapshots = Vec::with_capacity(tallies.len());
-            for tally in tallies {
-                let Some((snapshot, after)) = connector_snapshot(rest, tally) else {
-                    break;
-                };
-                snapshots.push(snapshot);
-                rest = after;
-            }
-            if snapshots.len() == tallies.len() && rest.is_empty() {
+        [1, rest @ ..] if rest.len() == tallies.len() * 5 => {
+            let snapshots: Option<Vec<_>> = rest
+                .chunks_exact(5)
+                .zip(tallies)
+                .map(|(n, tally)| {
+                    Some(ConnectorSnapshot {
+                        connector: tally.connector.clone(),
+                        tripped: trip_of(n[0], n[1], n[2])?,
+                        probes: counts_of(n[3], n[4])?,
+                    })
+                })
+                .collect();
+            if let Some(snapshots) = snapshots {
                 return Ok(snapshots);
             }
         }
         _ => {}
     }
     Err(unexpected("breaker_flush", reply))
-}
-
-fn connector_snapshot<'a>(
-    reply: &'a [i64],
-    tally: &ConnectorTally,
-) -> Option<(ConnectorSnapshot, &'a [i64])> {
-    let (&[calls, failures, until, trip_calls, trip_failures, hc, hf, n], rest) =
-        reply.split_first_chunk::<8>()?;
-    let n = usize::try_from(n).ok()?;
-    let ring = ring_of(rest.get(..n.checked_mul(3)?)?)?;
-    let snapshot = ConnectorSnapshot {
-        connector: tally.connector.clone(),
-        window: counts_of(calls, failures)?,
-        tripped: trip_of(until, trip_calls, trip_failures)?,
-        probes: counts_of(hc, hf)?,
-        ring,
-    };
-    Some((snapshot, &rest[n * 3..]))
 }
 
 /// The index's entries, one per (tenant, merchant, connector), in that
@@ -257,22 +275,28 @@ fn timed(flat: Vec<Value>) -> Vec<TimedTransition> {
 }
 
 /// breaker_transition.lua's arguments after the common ones, for one
-/// transition: kind, connector, expected T, the index field.
+/// transition: kind, connector, expected T, the index field, and a trip's
+/// window counts.
 pub(super) fn transition_args(
     transition: BreakerTransition,
     connector: &str,
     field: String,
-) -> [Value; 4] {
-    let (kind, expect) = match transition {
-        BreakerTransition::Trip => ("trip", 0),
-        BreakerTransition::Close { open_until_ms } => ("close", open_until_ms),
-        BreakerTransition::Reopen { open_until_ms } => ("reopen", open_until_ms),
+) -> [Value; 6] {
+    let (kind, expect, window) = match transition {
+        BreakerTransition::Trip { window } => ("trip", 0, window),
+        BreakerTransition::Close { open_until_ms } => ("close", open_until_ms, Counts::default()),
+        BreakerTransition::Reopen { open_until_ms } => {
+            ("reopen", open_until_ms, Counts::default())
+        }
     };
+    let count = |n: u64| decimal(i64::try_from(n).unwrap_or(i64::MAX));
     [
         Value::from(kind),
         Value::from(connector),
         decimal(expect),
         Value::from(field),
+        count(window.calls),
+        count(window.failures),
     ]
 }
 
@@ -294,7 +318,7 @@ pub(super) fn transition_reply(
         }),
         (
             &[1, until, calls, failures],
-            BreakerTransition::Trip | BreakerTransition::Reopen { .. },
+            BreakerTransition::Trip { .. } | BreakerTransition::Reopen { .. },
         ) => trip_of(until, calls, failures).flatten(),
         _ => None,
     };
@@ -382,25 +406,6 @@ pub(super) fn parse_override(value: &str) -> Option<OverrideUntil> {
         kind,
         until_ms: until.parse().ok()?,
     })
-}
-
-/// A counts hash's ring (`r:<c>`): per bucket three i8s, little-endian
-/// (bucket, calls, failures), as breaker_common.lua's brk_ring_value
-/// writes it; `None` for anything else.
-pub(super) fn parse_ring(value: &[u8]) -> Option<Vec<(i64, Counts)>> {
-    ring_of(&unpack_i8s(value)?)
-}
-
-/// A ring's numbers, three a bucket (bucket, calls, failures), as
-/// `(bucket, counts)`; `None` unless they are whole triples of counts.
-fn ring_of(numbers: &[i64]) -> Option<Vec<(i64, Counts)>> {
-    if !numbers.len().is_multiple_of(3) {
-        return None;
-    }
-    numbers
-        .chunks_exact(3)
-        .map(|t| Some((t[0], counts_of(t[1], t[2])?)))
-        .collect()
 }
 
 /// A flat field/value list as pairs of a UTF-8 field and its value's

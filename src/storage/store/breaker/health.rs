@@ -1,10 +1,11 @@
 //! GetConnectorHealth's rows, from a (tenant, merchant)'s counts hash and
-//! its shard's index, as Redis holds them.
+//! its shard's index, as Redis holds them, and its CLOSED windows as the
+//! engine folded them from the shard's counts log.
 
 use std::collections::BTreeMap;
 
 use super::ConnectorHealthRow;
-use super::codec::{foreign, parse_index_trip, parse_override, parse_ring, parse_trip};
+use super::codec::{foreign, parse_index_trip, parse_override, parse_trip};
 use crate::domain::breaker::{
     BreakerSettings, BreakerState, Counts, OverrideUntil, Tripped, state_at,
 };
@@ -24,13 +25,15 @@ struct Held {
     indexed: Option<Tripped>,
 }
 
-/// GetConnectorHealth's rows from the (tenant, merchant)'s counts hash and
-/// the index, whose other tenants' and merchants' fields are skipped.
+/// GetConnectorHealth's rows from the (tenant, merchant)'s counts hash,
+/// the index, whose other tenants' and merchants' fields are skipped, and
+/// `windows`, each connector's CLOSED window.
 pub(super) fn health_rows(
     tenant: &Tenant,
     merchant: &MerchantId,
     counts: &[(String, Vec<u8>)],
     index: &[(String, String)],
+    windows: &[(String, Counts)],
     now_ms: i64,
     s: &BreakerSettings,
 ) -> Result<Vec<ConnectorHealthRow>, StorageError> {
@@ -40,15 +43,11 @@ pub(super) fn health_rows(
         let Some((name, connector)) = field.split_once(':') else {
             continue;
         };
-        let entry = held.entry(connector.to_owned()).or_default();
         if name == "r" {
-            for (bucket, counts) in parse_ring(value).ok_or_else(foreign)? {
-                if s.counts_in_window(bucket, now_ms) {
-                    entry.window += counts;
-                }
-            }
+            // A window of the layout before the counts log: read no more.
             continue;
         }
+        let entry = held.entry(connector.to_owned()).or_default();
         // The other fields are text.
         let value = std::str::from_utf8(value).map_err(|_| foreign())?;
         match name {
@@ -58,6 +57,9 @@ pub(super) fn health_rows(
             "hf" => entry.probes.failures = value.parse().map_err(|_| foreign())?,
             _ => {}
         }
+    }
+    for (connector, window) in windows {
+        held.entry(connector.clone()).or_default().window = *window;
     }
     for (field, value) in index {
         let Some((kind, of_tenant, of, connector)) = parse_index_field(field) else {

@@ -8,8 +8,8 @@ use fred::prelude::Value;
 
 use super::codec::{decimal, index_cap_ms, unexpected};
 use super::{
-    BreakerTransition, ConnectorSnapshot, ConnectorTally, IndexEntry, MerchantTallies,
-    PlannedTransition, Script,
+    BreakerTransition, ConnectorSnapshot, ConnectorTally, IndexEntry, LogRead, MerchantTallies,
+    PlannedTransition, Script, ShardLog, log_frames,
 };
 use crate::domain::breaker::{BreakerSettings, Tripped};
 use crate::domain::ids::MerchantId;
@@ -20,7 +20,10 @@ use crate::storage::RedisStore;
 use crate::storage::error::StorageError;
 
 impl RedisStore {
-    /// One (tenant, merchant)'s flush: its shard's tick with it alone.
+    /// One (tenant, merchant)'s flush: its shard's tick with it alone, as
+    /// the engine makes it: its bucket counts appended to the shard's log
+    /// (of `now_ms`'s period), its tallies with probes into its hash,
+    /// whose snapshots it answers.
     pub async fn flush_breakers(
         &self,
         tenant: &Tenant,
@@ -30,16 +33,59 @@ impl RedisStore {
         settings: &BreakerSettings,
         deadline: Instant,
     ) -> Result<Vec<ConnectorSnapshot>, StorageError> {
-        let merchants = [MerchantTallies {
+        let all = [MerchantTallies {
             tenant: tenant.clone(),
             merchant: merchant.clone(),
             tallies: tallies.to_vec(),
         }];
+        let probing: Vec<ConnectorTally> = tallies
+            .iter()
+            .filter(|tally| tally.probes.is_some())
+            .cloned()
+            .collect();
+        let merchants = if probing.is_empty() {
+            Vec::new()
+        } else {
+            vec![MerchantTallies {
+                tenant: tenant.clone(),
+                merchant: merchant.clone(),
+                tallies: probing,
+            }]
+        };
+        let period = settings.bucket_of(now_ms);
+        let log = ShardLog {
+            frames: log_frames(&all),
+            append_period: period,
+            // Read from the end it will have: this flush reads nothing.
+            reads: vec![(period, 1 << 40)],
+        };
         let shard = shard_of(tenant, merchant);
         let mut tick = self
-            .breaker_tick(shard, &merchants, now_ms, settings, deadline)
+            .breaker_tick(shard, &log, &merchants, now_ms, settings, deadline)
             .await?;
-        tick.merchants.remove(0)
+        Ok(tick.merchants.pop().transpose()?.unwrap_or_default())
+    }
+
+    /// What `shard`'s log of `period` holds from `from`, read as a tick
+    /// reads it.
+    pub async fn read_breaker_log(
+        &self,
+        shard: Shard,
+        period: i64,
+        from: u64,
+        now_ms: i64,
+        settings: &BreakerSettings,
+        deadline: Instant,
+    ) -> Result<LogRead, StorageError> {
+        let log = ShardLog {
+            frames: Vec::new(),
+            append_period: period,
+            reads: vec![(period, from)],
+        };
+        let mut tick = self
+            .breaker_tick(shard, &log, &[], now_ms, settings, deadline)
+            .await?;
+        Ok(tick.log.remove(0))
     }
 
     /// One transition: its shard's batch with it alone.
@@ -80,7 +126,7 @@ impl RedisStore {
         let mut entries = Vec::new();
         for shard in Shard::all() {
             let tick = self
-                .breaker_tick(shard, &[], now_ms, settings, deadline)
+                .breaker_tick(shard, &ShardLog::default(), &[], now_ms, settings, deadline)
                 .await?;
             entries.extend(tick.index);
         }

@@ -1,5 +1,6 @@
 //! The breaker codec's pure parts: the index's values, the flush's reply
-//! and GetConnectorHealth's rows from what Redis holds.
+//! and GetConnectorHealth's rows from what Redis holds and the engine's
+//! windows.
 
 use super::codec::{
     flush_reply, index_entries, merchant_reply, override_value, parse_index_trip, parse_override,
@@ -63,38 +64,11 @@ fn the_flush_reply_is_read_per_connector_and_odd_ones_are_errors() {
         probes: None,
     };
     let tallies = [tally("a"), tally("b")];
-    // a: 3 calls, 1 failure in two ring slots; b: OPEN until 500.
-    let reply = [
-        1, 3, 1, 0, 0, 0, 0, 0, 2, 7, 2, 0, 8, 1, 1, 0, 0, 500, 20, 10, 2, 1, 0,
-    ];
+    // a: CLOSED; b: OPEN until 500 with 2 probes so far.
+    let reply = [1, 0, 0, 0, 0, 0, 500, 20, 10, 2, 1];
     let snapshots = merchant_reply(&reply, &tallies).unwrap();
-    assert_eq!(
-        snapshots[0].window,
-        Counts {
-            calls: 3,
-            failures: 1
-        }
-    );
     assert_eq!(snapshots[0].tripped, None);
-    assert_eq!(
-        snapshots[0].ring,
-        vec![
-            (
-                7,
-                Counts {
-                    calls: 2,
-                    failures: 0
-                }
-            ),
-            (
-                8,
-                Counts {
-                    calls: 1,
-                    failures: 1
-                }
-            )
-        ]
-    );
+    assert_eq!(snapshots[0].probes, Counts::default());
     assert_eq!(
         snapshots[1].tripped,
         Some(Tripped {
@@ -110,13 +84,12 @@ fn the_flush_reply_is_read_per_connector_and_odd_ones_are_errors() {
             failures: 1
         }
     );
-    assert!(snapshots[1].ring.is_empty());
     assert!(matches!(
-        merchant_reply(&reply[..22], &tallies),
+        merchant_reply(&reply[..10], &tallies),
         Err(StorageError::Unexpected(_))
     ));
     assert!(matches!(
-        merchant_reply(&[1, -3, 1, 0, 0, 0, 0, 0, 0], &tallies[..1]),
+        merchant_reply(&[1, 0, 0, 0, -3, 0], &tallies[..1]),
         Err(StorageError::Unexpected(_))
     ));
     assert!(matches!(
@@ -145,6 +118,15 @@ fn a_shards_reply_has_each_merchants_answer_its_index_and_its_events() {
             probes: None,
         }],
     }];
+    let log_of = [MerchantTallies {
+        tenant: Tenant::DEFAULT,
+        merchant: m.clone(),
+        tallies: vec![ConnectorTally {
+            connector: "a".into(),
+            buckets: vec![(7, Counts { calls: 1, failures: 0 })],
+            probes: None,
+        }],
+    }];
     // A merchant's reply is its numbers packed as i8s (breaker_flush.lua).
     let numbers = |ns: &[i64]| {
         Value::Bytes(
@@ -158,11 +140,14 @@ fn a_shards_reply_has_each_merchants_answer_its_index_and_its_events() {
     let field = index_trip_field(&Tenant::DEFAULT, &m, "a");
     let reply = Value::Array(vec![
         Value::Integer(1),
-        Value::Array(vec![numbers(&[1, 0, 0, 0, 0, 0, 0, 0, 0])]),
+        Value::Array(vec![numbers(&[1, 0, 0, 0, 0, 0])]),
         Value::Array(vec![text(&field), text("5 20 10 h")]),
         Value::Array(vec![text(&field), text("5 20 10 h"), text("half_open")]),
+        Value::Array(vec![Value::Bytes(log_frames(&log_of).into())]),
     ]);
-    let (snapshots, index, timed) = flush_reply(reply, &merchants).unwrap();
+    let (snapshots, index, timed, log) = flush_reply(reply, &merchants, 1).unwrap();
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0].records.len(), 1);
     assert_eq!(snapshots.len(), 1);
     assert!(snapshots[0].is_ok());
     assert_eq!(index.len(), 1);
@@ -179,8 +164,9 @@ fn a_shards_reply_has_each_merchants_answer_its_index_and_its_events() {
         Value::Array(vec![numbers(&[-1])]),
         Value::Array(vec![]),
         Value::Array(vec![]),
+        Value::Array(vec![]),
     ]);
-    let (snapshots, _, _) = flush_reply(reply, &merchants).unwrap();
+    let (snapshots, _, _, _) = flush_reply(reply, &merchants, 0).unwrap();
     assert!(matches!(
         snapshots[0],
         Err(StorageError::ForeignValue { .. })
@@ -188,7 +174,7 @@ fn a_shards_reply_has_each_merchants_answer_its_index_and_its_events() {
     // A reply of another shape is an error.
     let odd = Value::Array(vec![Value::Integer(1), Value::Array(vec![])]);
     assert!(matches!(
-        flush_reply(odd, &merchants),
+        flush_reply(odd, &merchants, 0),
         Err(StorageError::Unexpected(_))
     ));
     assert!(index_entries(vec![("junk".into(), "1 2 3".into())]).is_empty());
@@ -203,12 +189,8 @@ fn health_prefers_the_hashs_trip_and_drops_an_index_trip_it_closed() {
     let acme = Tenant::parse("acme").unwrap();
     let pair = |f: String, v: &str| (f, v.to_owned());
     let text = |f: &str, v: &str| (f.to_owned(), v.as_bytes().to_vec());
-    // The ring of `h`: bucket 1 counts at 1100 ms (1 s buckets), bucket 2
-    // is of a clock ahead and does not yet.
-    let ring: Vec<u8> = [1i64, 5, 2, 2, 9, 9]
-        .iter()
-        .flat_map(|n| n.to_le_bytes())
-        .collect();
+    // A ring of the layout before the counts log: not read.
+    let ring: Vec<u8> = [1i64, 5, 2].iter().flat_map(|n| n.to_le_bytes()).collect();
     let counts = vec![
         text("t:a", "1000 20 10"),
         text("hc:a", "2"),
@@ -227,7 +209,15 @@ fn health_prefers_the_hashs_trip_and_drops_an_index_trip_it_closed() {
         pair(index_trip_field(&acme, &m, "g"), "1500 7 4"),
         pair(index_override_field(&acme, &m, "c"), "1200 closed"),
     ];
-    let rows = health_rows(d, &m, &counts, &index, 1100, &s).unwrap();
+    // The engine's windows: h's.
+    let windows = [(
+        "h".to_owned(),
+        Counts {
+            calls: 5,
+            failures: 2,
+        },
+    )];
+    let rows = health_rows(d, &m, &counts, &index, &windows, 1100, &s).unwrap();
     let names: Vec<&str> = rows.iter().map(|r| r.connector.as_str()).collect();
     // b: its index trip was closed (x = its T); f: its override is over.
     assert_eq!(names, ["a", "c", "e", "h"]);
@@ -239,12 +229,10 @@ fn health_prefers_the_hashs_trip_and_drops_an_index_trip_it_closed() {
             failures: 2
         }
     );
-    // A ring this service did not write is an error, not a count.
+    // An old ring, even one this service never wrote, is not read.
     let odd = [("r:h".to_owned(), b"1 5 2".to_vec())];
-    assert!(matches!(
-        health_rows(d, &m, &odd, &index, 1100, &s),
-        Err(StorageError::ForeignValue { .. })
-    ));
+    let rows_odd = health_rows(d, &m, &odd, &index, &[], 1100, &s).unwrap();
+    assert!(rows_odd.iter().all(|r| r.connector != "h"));
     assert_eq!(rows[0].state, BreakerState::HalfOpen { since_ms: 1000 });
     assert_eq!(
         rows[0].counts,
@@ -288,7 +276,7 @@ fn health_reads_only_the_calls_tenants_fields_of_the_shared_index() {
             "1500 1 1",
         ),
     ];
-    let rows = health_rows(&acme, &m, &[], &index, 1100, &s).unwrap();
+    let rows = health_rows(&acme, &m, &[], &index, &[], 1100, &s).unwrap();
     let names: Vec<&str> = rows.iter().map(|r| r.connector.as_str()).collect();
     assert_eq!(names, ["a", "b"]);
     // acme's `a` has only its override: the default tenant's trip of `a`
@@ -303,7 +291,7 @@ fn health_reads_only_the_calls_tenants_fields_of_the_shared_index() {
             failures: 9
         }
     );
-    let rows = health_rows(&Tenant::DEFAULT, &m, &[], &index, 1100, &s).unwrap();
+    let rows = health_rows(&Tenant::DEFAULT, &m, &[], &index, &[], 1100, &s).unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!((rows[0].connector.as_str(), rows[0].over), ("a", None));
 }

@@ -1,0 +1,313 @@
+//! Tier 1's windows: every CLOSED breaker's calls over the window, as this
+//! instance folds them from the shards' counts logs, where every instance
+//! appends its counts each tick (`storage`'s breaker_flush.lua). Every
+//! instance reads every append once, so each holds the same windows, a
+//! tick apart, and any of them may decide a trip (the transition script
+//! lets one apply it).
+//!
+//! Why in memory (issue 41): a window kept in Redis cost a script's
+//! redis.call per merchant per tick, more Redis than the call itself at
+//! 100,000 merchants; the log costs Redis bytes, not calls.
+//!
+//! Bounded by `MAX_TRACKED` pairs: past it, the pairs folded into least
+//! recently go. Each shard's read offsets live here too, by bucket
+//! period: a starting instance reads each shard's log from the start of
+//! the window, so its windows are whole from its first tick.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, PoisonError};
+
+use crate::domain::breaker::{BreakerSettings, Counts, trips_at};
+use crate::domain::shards::{SHARDS, Shard};
+use crate::domain::tenant::Tenant;
+use crate::storage::LogRecord;
+
+/// One breaker's window, as folded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Window {
+    /// Per bucket with calls, (bucket, counts), in no order.
+    pub ring: Vec<(i64, Counts)>,
+    /// The tick it was last folded into, for the bound.
+    folded_at: i64,
+}
+
+impl Window {
+    /// The calls of the buckets that count at `now_ms`.
+    pub fn counts(&self, now_ms: i64, s: &BreakerSettings) -> Counts {
+        let mut sum = Counts::default();
+        for (bucket, counts) in &self.ring {
+            if s.counts_in_window(*bucket, now_ms) {
+                sum += *counts;
+            }
+        }
+        sum
+    }
+
+    /// Drops the buckets that will never count again (a bucket of a clock
+    /// ahead of this one's stays, and counts when its time comes).
+    fn age(&mut self, now_ms: i64, s: &BreakerSettings) {
+        let this = s.bucket_of(now_ms);
+        self.ring
+            .retain(|(bucket, _)| *bucket > this || s.counts_in_window(*bucket, now_ms));
+    }
+}
+
+/// A merchant's window of `connector`.
+fn find<'a>(connectors: &'a [(String, Window)], connector: &str) -> Option<&'a Window> {
+    connectors
+        .iter()
+        .find(|(c, _)| c == connector)
+        .map(|(_, window)| window)
+}
+
+/// A breaker whose window a fold changed: (tenant, merchant, connector).
+pub(super) type Folded = (Tenant, String, String);
+
+#[derive(Default)]
+struct Inner {
+    /// Tenant → merchant → connector → window.
+    /// (A merchant's few connectors in a Vec: a map's node per merchant
+    /// would cost more than the windows.)
+    windows: HashMap<Tenant, HashMap<String, Vec<(String, Window)>>>,
+    pairs: usize,
+    /// Per shard: the read offset of each log period, and the last period
+    /// a read reached.
+    cursors: Vec<(BTreeMap<i64, u64>, Option<i64>)>,
+    /// The bucket of the last prune.
+    pruned: Option<i64>,
+}
+
+pub(super) struct Windows {
+    inner: Mutex<Inner>,
+    max_tracked: usize,
+}
+
+impl Windows {
+    pub fn new(max_tracked: usize) -> Self {
+        let inner = Inner {
+            cursors: (0..SHARDS).map(|_| (BTreeMap::new(), None)).collect(),
+            ..Inner::default()
+        };
+        Self {
+            inner: Mutex::new(inner),
+            max_tracked,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The log periods to read from `shard` at `now_ms`, each with its
+    /// offset: every period since the last read reached (the whole window's
+    /// before the first), and the next one (a clock ahead of this one).
+    pub fn reads(&self, shard: Shard, now_ms: i64, s: &BreakerSettings) -> Vec<(i64, u64)> {
+        let inner = self.lock();
+        let (offsets, last) = &inner.cursors[shard.index()];
+        let this = s.bucket_of(now_ms);
+        let oldest = this - s.ring_len() - 1;
+        let from = last.map_or(oldest, |last| (last - 1).max(oldest)).min(this - 1);
+        (from..=this + 1)
+            .map(|period| (period, offsets.get(&period).copied().unwrap_or(0)))
+            .collect()
+    }
+
+    /// Moves `shard`'s offsets past what a read of `reads` consumed, and
+    /// forgets the periods that can no longer hold a counting call.
+    pub fn advance(&self, shard: Shard, reads: &[(i64, u64)], consumed: &[u64], now_ms: i64, s: &BreakerSettings) {
+        let mut inner = self.lock();
+        let (offsets, last) = &mut inner.cursors[shard.index()];
+        for (&(period, from), &more) in reads.iter().zip(consumed) {
+            offsets.insert(period, from + more);
+        }
+        let this = s.bucket_of(now_ms);
+        offsets.retain(|period, _| *period >= this - s.ring_len() - 1);
+        *last = Some(this);
+    }
+
+    /// Adds `records` into their windows, but for breakers `skip` says are
+    /// tripped (their calls count nowhere, and their window is cleared).
+    /// Returns every breaker whose window changed.
+    pub fn fold(
+        &self,
+        records: Vec<LogRecord>,
+        now_ms: i64,
+        s: &BreakerSettings,
+        skip: impl Fn(&Tenant, &str, &str) -> bool,
+    ) -> Vec<Folded> {
+        let this = s.bucket_of(now_ms);
+        let mut changed = Vec::new();
+        let mut inner = self.lock();
+        for record in records {
+            let counts_later = record.bucket > this;
+            if !counts_later && !s.counts_in_window(record.bucket, now_ms) {
+                continue;
+            }
+            if skip(&record.tenant, &record.merchant, &record.connector) {
+                continue;
+            }
+            let LogRecord {
+                tenant,
+                merchant,
+                connector,
+                bucket,
+                counts,
+            } = record;
+            // Looked up before any key is made: a held window costs no
+            // allocation.
+            if !inner.windows.contains_key(&tenant) {
+                inner.windows.insert(tenant.clone(), HashMap::new());
+            }
+            let Some(merchants) = inner.windows.get_mut(&tenant) else {
+                continue;
+            };
+            if !merchants.contains_key(merchant.as_str()) {
+                merchants.insert(merchant.clone(), Vec::new());
+            }
+            let Some(connectors) = merchants.get_mut(merchant.as_str()) else {
+                continue;
+            };
+            let (at, added) = match connectors.iter().position(|(c, _)| *c == connector) {
+                Some(at) => (at, false),
+                None => {
+                    connectors.push((connector.clone(), Window::default()));
+                    (connectors.len() - 1, true)
+                }
+            };
+            let window = &mut connectors[at].1;
+            match window.ring.iter_mut().find(|(b, _)| *b == bucket) {
+                Some((_, held)) => *held += counts,
+                None => window.ring.push((bucket, counts)),
+            }
+            if window.folded_at != now_ms || added {
+                window.folded_at = now_ms;
+                changed.push((tenant, merchant, connector));
+            }
+            if added {
+                inner.pairs += 1;
+            }
+        }
+        drop(inner);
+        changed
+    }
+
+    /// The breaker's window's counts at `now_ms`, and when it would trip
+    /// as its old calls age out (`domain::breaker::trips_at`), if a
+    /// window is held.
+    pub fn judge(
+        &self,
+        tenant: &Tenant,
+        merchant: &str,
+        connector: &str,
+        now_ms: i64,
+        s: &BreakerSettings,
+    ) -> Option<(Counts, Option<i64>)> {
+        let inner = self.lock();
+        let window = find(inner.windows.get(tenant)?.get(merchant)?, connector)?;
+        Some((window.counts(now_ms, s), trips_at(&window.ring, now_ms, s)))
+    }
+
+    /// The breaker's window as it stands, if one is held.
+    #[cfg(test)]
+    pub fn window(&self, tenant: &Tenant, merchant: &str, connector: &str) -> Option<Window> {
+        let inner = self.lock();
+        find(inner.windows.get(tenant)?.get(merchant)?, connector).cloned()
+    }
+
+    /// Every window of (`tenant`, `merchant`) with calls that count at
+    /// `now_ms`, by connector.
+    pub fn of_merchant(
+        &self,
+        tenant: &Tenant,
+        merchant: &str,
+        now_ms: i64,
+        s: &BreakerSettings,
+    ) -> Vec<(String, Counts)> {
+        let inner = self.lock();
+        let Some(connectors) = inner.windows.get(tenant).and_then(|m| m.get(merchant)) else {
+            return Vec::new();
+        };
+        connectors
+            .iter()
+            .map(|(connector, window)| (connector.clone(), window.counts(now_ms, s)))
+            .filter(|(_, counts)| counts.calls > 0)
+            .collect()
+    }
+
+    /// Forgets a breaker's window: it tripped, so its calls so far no
+    /// longer count.
+    pub fn clear(&self, tenant: &Tenant, merchant: &str, connector: &str) {
+        let mut inner = self.lock();
+        let Some(connectors) = inner.windows.get_mut(tenant).and_then(|m| m.get_mut(merchant))
+        else {
+            return;
+        };
+        let before = connectors.len();
+        connectors.retain(|(c, _)| c != connector);
+        let removed = before - connectors.len();
+        inner.pairs -= removed;
+    }
+
+    /// Ages every window, drops the empty ones, and past the bound the
+    /// ones folded into least recently. It walks every window, so only
+    /// once a bucket (a window ages by buckets), or when past the bound.
+    pub fn prune(&self, now_ms: i64, s: &BreakerSettings) {
+        let mut inner = self.lock();
+        let this = s.bucket_of(now_ms);
+        if inner.pruned == Some(this) && inner.pairs <= self.max_tracked {
+            return;
+        }
+        inner.pruned = Some(this);
+        let mut kept = 0;
+        let mut ages = Vec::new();
+        for merchants in inner.windows.values_mut() {
+            for connectors in merchants.values_mut() {
+                connectors.retain_mut(|(_, window)| {
+                    window.age(now_ms, s);
+                    !window.ring.is_empty()
+                });
+                kept += connectors.len();
+                ages.extend(connectors.iter().map(|(_, w)| w.folded_at));
+            }
+            merchants.retain(|_, connectors| !connectors.is_empty());
+        }
+        inner.windows.retain(|_, merchants| !merchants.is_empty());
+        inner.pairs = kept;
+        if kept <= self.max_tracked {
+            return;
+        }
+        // The windows folded into before `cut` go, then as many folded
+        // into at `cut` as the bound still needs.
+        ages.sort_unstable();
+        let cut = ages[kept - self.max_tracked - 1];
+        let mut at_cut = kept - self.max_tracked - ages.partition_point(|&age| age < cut);
+        let mut left = 0;
+        for merchants in inner.windows.values_mut() {
+            for connectors in merchants.values_mut() {
+                connectors.retain(|(_, window)| {
+                    if window.folded_at < cut {
+                        return false;
+                    }
+                    if window.folded_at == cut && at_cut > 0 {
+                        at_cut -= 1;
+                        return false;
+                    }
+                    true
+                });
+                left += connectors.len();
+            }
+            merchants.retain(|_, connectors| !connectors.is_empty());
+        }
+        inner.windows.retain(|_, merchants| !merchants.is_empty());
+        inner.pairs = left;
+    }
+
+    /// How many breakers' windows are held.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.lock().pairs
+    }
+}
+
+#[cfg(test)]
+mod tests;
