@@ -72,7 +72,11 @@ pub(super) async fn tick(breakers: &Arc<Breakers>) {
     let mut due: Vec<Vec<Folded>> = (0..SHARDS).map(|_| Vec::new()).collect();
     for (tenant, merchant, connector) in breakers.rechecks.take_due(now) {
         let shard = shard_of(&tenant, &merchant);
-        due[shard.index()].push((tenant, merchant.as_str().to_owned(), connector.as_str().to_owned()));
+        due[shard.index()].push((
+            tenant,
+            merchant.as_str().to_owned(),
+            connector.as_str().to_owned(),
+        ));
     }
     let taken = breakers.pending.take();
     let deadline = Instant::now() + STEP_DEADLINE;
@@ -98,8 +102,13 @@ pub(super) async fn tick(breakers: &Arc<Breakers>) {
             match answer {
                 Ok(answer) => {
                     let consumed: Vec<u64> = answer.log.iter().map(|read| read.consumed).collect();
-                    breakers.windows.advance(shard, &log.reads, &consumed, now, &settings);
-                    Some((shard, act(&breakers, shard, &probing, answer, due, now).await))
+                    breakers
+                        .windows
+                        .advance(shard, &log.reads, &consumed, now, &settings);
+                    Some((
+                        shard,
+                        act(&breakers, shard, &probing, answer, due, now).await,
+                    ))
                 }
                 Err(error) => {
                     if error.is_background_failure() {
@@ -202,19 +211,30 @@ async fn act(
     let tripped: HashSet<(&Tenant, &str, &str)> = answer
         .index
         .iter()
-        .filter(|entry| {
-            state_at(entry.tripped.as_ref(), now, settings) != BreakerState::Closed
+        .filter(|entry| state_at(entry.tripped.as_ref(), now, settings) != BreakerState::Closed)
+        .map(|entry| {
+            (
+                &entry.tenant,
+                entry.merchant.as_str(),
+                entry.connector.as_str(),
+            )
         })
-        .map(|entry| (&entry.tenant, entry.merchant.as_str(), entry.connector.as_str()))
         .collect();
     for &(tenant, merchant, connector) in &tripped {
         breakers.windows.clear(tenant, merchant, connector);
     }
-    let records = answer.log.into_iter().flat_map(|read| read.records).collect();
+    let records = answer
+        .log
+        .into_iter()
+        .flat_map(|read| read.records)
+        .collect();
     let mut folded = breakers.windows.fold(records, now, settings, |t, m, c| {
         tripped.contains(&(t, m, c))
     });
-    folded.extend(due.into_iter().filter(|(t, m, c)| !tripped.contains(&(t, m.as_str(), c.as_str()))));
+    folded.extend(
+        due.into_iter()
+            .filter(|(t, m, c)| !tripped.contains(&(t, m.as_str(), c.as_str()))),
+    );
     for (tenant, merchant, connector) in folded {
         planned.extend(decide_window(breakers, tenant, merchant, connector, now));
     }
@@ -281,7 +301,12 @@ fn decide_window(
         .windows
         .judge(&tenant, &merchant, &connector, now, settings)?;
     // Parsed only for a trip or a recheck: most windows need neither.
-    let ids = || Some((MerchantId::parse(&merchant).ok()?, Connector::parse(&connector).ok()?));
+    let ids = || {
+        Some((
+            MerchantId::parse(&merchant).ok()?,
+            Connector::parse(&connector).ok()?,
+        ))
+    };
     if !trips(counts, settings) {
         if let Some(at) = trips_later
             && let Some((id, connector_id)) = ids()

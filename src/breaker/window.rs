@@ -17,6 +17,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError};
 
+use foldhash::fast::RandomState;
+
 use crate::domain::breaker::{BreakerSettings, Counts, trips_at};
 use crate::domain::shards::{SHARDS, Shard};
 use crate::domain::tenant::Tenant;
@@ -68,7 +70,7 @@ struct Inner {
     /// Tenant → merchant → connector → window.
     /// (A merchant's few connectors in a Vec: a map's node per merchant
     /// would cost more than the windows.)
-    windows: HashMap<Tenant, HashMap<String, Vec<(String, Window)>>>,
+    windows: HashMap<Tenant, HashMap<String, Vec<(String, Window)>, RandomState>, RandomState>,
     pairs: usize,
     /// Per shard: the read offset of each log period, and the last period
     /// a read reached.
@@ -106,7 +108,9 @@ impl Windows {
         let (offsets, last) = &inner.cursors[shard.index()];
         let this = s.bucket_of(now_ms);
         let oldest = this - s.ring_len() - 1;
-        let from = last.map_or(oldest, |last| (last - 1).max(oldest)).min(this - 1);
+        let from = last
+            .map_or(oldest, |last| (last - 1).max(oldest))
+            .min(this - 1);
         (from..=this + 1)
             .map(|period| (period, offsets.get(&period).copied().unwrap_or(0)))
             .collect()
@@ -114,7 +118,14 @@ impl Windows {
 
     /// Moves `shard`'s offsets past what a read of `reads` consumed, and
     /// forgets the periods that can no longer hold a counting call.
-    pub fn advance(&self, shard: Shard, reads: &[(i64, u64)], consumed: &[u64], now_ms: i64, s: &BreakerSettings) {
+    pub fn advance(
+        &self,
+        shard: Shard,
+        reads: &[(i64, u64)],
+        consumed: &[u64],
+        now_ms: i64,
+        s: &BreakerSettings,
+    ) {
         let mut inner = self.lock();
         let (offsets, last) = &mut inner.cursors[shard.index()];
         for (&(period, from), &more) in reads.iter().zip(consumed) {
@@ -156,7 +167,7 @@ impl Windows {
             // Looked up before any key is made: a held window costs no
             // allocation.
             if !inner.windows.contains_key(&tenant) {
-                inner.windows.insert(tenant.clone(), HashMap::new());
+                inner.windows.insert(tenant.clone(), HashMap::default());
             }
             let Some(merchants) = inner.windows.get_mut(&tenant) else {
                 continue;
@@ -204,7 +215,15 @@ impl Windows {
     ) -> Option<(Counts, Option<i64>)> {
         let inner = self.lock();
         let window = find(inner.windows.get(tenant)?.get(merchant)?, connector)?;
-        Some((window.counts(now_ms, s), trips_at(&window.ring, now_ms, s)))
+        let counts = window.counts(now_ms, s);
+        // Only failures trip, and a window of one bucket that ages is
+        // empty: most windows need no look ahead (and its allocation).
+        let later = if counts.failures == 0 || window.ring.len() < 2 {
+            None
+        } else {
+            trips_at(&window.ring, now_ms, s)
+        };
+        Some((counts, later))
     }
 
     /// The breaker's window as it stands, if one is held.
@@ -238,7 +257,10 @@ impl Windows {
     /// longer count.
     pub fn clear(&self, tenant: &Tenant, merchant: &str, connector: &str) {
         let mut inner = self.lock();
-        let Some(connectors) = inner.windows.get_mut(tenant).and_then(|m| m.get_mut(merchant))
+        let Some(connectors) = inner
+            .windows
+            .get_mut(tenant)
+            .and_then(|m| m.get_mut(merchant))
         else {
             return;
         };

@@ -39,9 +39,9 @@ use crate::telemetry::{Metrics, RedisCommand};
 #[cfg(test)]
 pub(crate) use breaker::tick_chunk as breaker_tick_chunk;
 pub use breaker::{
-    BreakerTransition, ConnectorHealthRow, ConnectorSnapshot, ConnectorTally, IndexEntry,
-    LogRead, LogRecord, MerchantTallies, PlannedTransition, ShardLog, ShardTick, TimeTransition,
-    TimedTransition, log_frames,
+    BreakerTransition, ConnectorHealthRow, ConnectorSnapshot, ConnectorTally, IndexEntry, LogRead,
+    LogRecord, MerchantTallies, PlannedTransition, ShardLog, ShardTick, TimeTransition,
+    TimedTransition, log_frames, read_log,
 };
 pub use experiment::{ExperimentCounts, ExperimentEntry};
 

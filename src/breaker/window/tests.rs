@@ -48,7 +48,10 @@ fn records_fold_into_their_windows_and_age_out() {
     assert_eq!(a.counts(now, &s), counts(4, 2));
     assert_eq!(
         windows.of_merchant(&Tenant::DEFAULT, "m", now, &s),
-        vec![("a".to_owned(), counts(4, 2)), ("b".to_owned(), counts(4, 0))]
+        vec![
+            ("a".to_owned(), counts(4, 2)),
+            ("b".to_owned(), counts(4, 0))
+        ]
     );
     // Bucket 99 counts until its end plus the window: 110 s.
     assert_eq!(a.counts(110 * B - 1, &s), counts(4, 2));
@@ -79,8 +82,16 @@ fn two_tenants_with_the_same_merchant_and_connector_keep_two_windows() {
     let acme = Tenant::parse("acme").unwrap();
     let mut theirs = record("m", "a", 100, 7, 7);
     theirs.tenant = acme.clone();
-    windows.fold(vec![record("m", "a", 100, 1, 0), theirs], now, &s, |_, _, _| false);
-    assert_eq!(windows.of_merchant(&Tenant::DEFAULT, "m", now, &s)[0].1, counts(1, 0));
+    windows.fold(
+        vec![record("m", "a", 100, 1, 0), theirs],
+        now,
+        &s,
+        |_, _, _| false,
+    );
+    assert_eq!(
+        windows.of_merchant(&Tenant::DEFAULT, "m", now, &s)[0].1,
+        counts(1, 0)
+    );
     assert_eq!(windows.of_merchant(&acme, "m", now, &s)[0].1, counts(7, 7));
 }
 
@@ -98,7 +109,9 @@ fn past_the_bound_the_windows_folded_into_least_recently_go() {
     assert!(windows.window(&Tenant::DEFAULT, "m3", "a").is_some());
     // All folded in one tick: exactly the bound stays.
     let windows = Windows::new(3);
-    let many: Vec<_> = (0..10).map(|n| record(&format!("m{n}"), "a", 100, 1, 0)).collect();
+    let many: Vec<_> = (0..10)
+        .map(|n| record(&format!("m{n}"), "a", 100, 1, 0))
+        .collect();
     windows.fold(many, 100 * B, &s, |_, _, _| false);
     windows.prune(100 * B, &s);
     assert_eq!(windows.len(), 3);
@@ -114,7 +127,10 @@ fn reads_cover_the_window_first_then_what_is_new() {
     // The whole window (ring_len buckets back, and one more) to the next.
     assert_eq!(first.first().unwrap().0, 100 - s.ring_len() - 1);
     assert_eq!(first.last().unwrap(), &(101, 0));
-    let consumed: Vec<u64> = first.iter().map(|&(period, _)| u64::from(period == 100) * 40).collect();
+    let consumed: Vec<u64> = first
+        .iter()
+        .map(|&(period, _)| u64::from(period == 100) * 40)
+        .collect();
     windows.advance(shard, &first, &consumed, now, &s);
     let next = windows.reads(shard, now + 500, &s);
     assert_eq!(next, vec![(99, 0), (100, 40), (101, 0)]);

@@ -3,17 +3,15 @@
 -- breaker counts hash of one merchant, and the shard's index.
 --
 -- A merchant's counts hash (sticky_brk_c{S}M), fields for connector c:
---   r:<c>        the window's ring: per bucket with calls that still
---                counted when it was written, oldest first, three i8s
---                (struct, little-endian): bucket, calls, failures. Binary:
---                a tick reads and writes it for every merchant it flushes,
---                and text would cost a strtod and a printf per number.
 --   t:<c>        "<open_until_ms> <calls> <failures>": the trip, from the
 --                trip until the close
 --   hc:<c> hf:<c> probe calls and failures of the half-open that t names
 --   x:<c>        open_until_ms of the last half-open closed
+--   (r:<c>, a window of the layout before the counts log, is read no
+--   more; a trip deletes it.)
 -- Values are decimal whole numbers, read back as Lua numbers: times in ms
--- and counts stay far below 2^53, so they are exact.
+-- and counts stay far below 2^53, so they are exact. The CLOSED windows
+-- are not here: the counts log carries them (breaker_flush.lua).
 
 -- "a b c", three whole numbers, as three numbers; nil for anything else.
 local function brk_triple(s)
@@ -32,43 +30,6 @@ end
 
 local function brk_fmt(n)
   return string.format('%d', n)
-end
-
--- Whether calls of `bucket` still count at `now`: for at least the window,
--- never after the window plus one bucket, never from a bucket still to
--- come (another instance's clock ahead of ours).
--- Mirrors domain::breaker::BreakerSettings::counts_in_window.
-local function brk_counts_in_window(bucket, now, window, bucket_ms)
-  return (bucket + 1) * bucket_ms + window > now and bucket <= math.floor(now / bucket_ms)
-end
-
--- The struct format of n ring buckets, made once per n per script call.
-local brk_ring_formats = {}
-local function brk_ring_format(n)
-  local format = brk_ring_formats[n]
-  if not format then
-    format = '<' .. string.rep('i8i8i8', n)
-    brk_ring_formats[n] = format
-  end
-  return format
-end
-
--- A ring field's buckets as one flat list, three numbers a bucket
--- (bucket, calls, failures), as kept; nil for a value this service does
--- not write. Flat, not a table a bucket: a tick reads a ring for each
--- merchant it flushes, and Lua's tables are most of the cost.
-local function brk_ring(value, ring_len)
-  if not value or #value == 0 then return {} end
-  local n = #value / 24
-  if #value % 24 ~= 0 or n > ring_len then return nil end
-  local ring = {struct.unpack(brk_ring_format(n), value)}
-  ring[#ring] = nil -- unpack's last value is the position after
-  return ring
-end
-
--- A ring field's value: a flat ring's buckets, in the order given.
-local function brk_ring_value(ring)
-  return struct.pack(brk_ring_format(#ring / 3), unpack(ring))
 end
 
 -- After a write to `key` that needs it to last `at_least` ms: its TTL,

@@ -28,7 +28,7 @@ mod log;
 #[cfg(test)]
 mod one;
 
-pub use log::{LogRead, LogRecord, log_frames};
+pub use log::{LogRead, LogRecord, log_frames, read_log};
 
 use std::time::Instant;
 

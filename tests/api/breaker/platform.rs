@@ -1,9 +1,11 @@
 //! The breaker and the experiment counts at a platform's cardinality
 //! (issue 41): 20,000 merchants over three tenants, every RecordOutcome
 //! carrying `pin_connector`, single node and Cluster. No call fails, the
-//! service stays SERVING throughout, and the counts in Redis are exact:
-//! the background work is one script per shard per tick, on its own
-//! connections, however many merchants have counts.
+//! service stays SERVING throughout, and the counts are exact, in Redis
+//! (the breaker's counts log, the experiment's hashes) and in the windows
+//! GetConnectorHealth answers from: the background work is one script per
+//! shard per tick, on its own connections, however many merchants have
+//! counts.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,8 +14,10 @@ use std::time::Duration;
 use rstest::rstest;
 use sticky_routing::domain::breaker::BreakerSettings;
 use sticky_routing::domain::keys::{EXPERIMENT_FIELDS, parse_experiment_key};
+use sticky_routing::storage::read_log;
 use sticky_routing::transport::pb;
 
+use super::health;
 use crate::support::*;
 
 const MERCHANTS: usize = 20_000;
@@ -99,12 +103,12 @@ async fn twenty_thousand_merchants_fail_no_call_and_count_exactly(#[case] topolo
         "health left SERVING"
     );
 
-    // Every count, exactly: the breaker's rings and the experiment's
+    // Every count, exactly: the breaker's counts log and the experiment's
     // treated-and-followed outcomes (mode on, no holdout).
     let keys = app.keys().await;
-    let counts: Vec<String> = keys
+    let logs: Vec<String> = keys
         .iter()
-        .filter(|k| k.starts_with("sticky_brk_c{"))
+        .filter(|k| k.starts_with("sticky_brk_l{"))
         .cloned()
         .collect();
     let days: Vec<String> = keys
@@ -113,17 +117,18 @@ async fn twenty_thousand_merchants_fail_no_call_and_count_exactly(#[case] topolo
         .cloned()
         .collect();
     let (mut calls, mut failed) = (0u64, 0u64);
-    for hash in hashes(&app, &counts).await {
-        for (field, value) in hash {
-            // A connector's ring: per bucket three i8s (bucket, calls,
-            // failures).
-            if field.starts_with("r:") {
-                for bucket in value.chunks_exact(24) {
-                    let n = |at: usize| i64::from_le_bytes(bucket[at..at + 8].try_into().unwrap());
-                    calls += n(8) as u64;
-                    failed += n(16) as u64;
-                }
-            }
+    let mut merchants = std::collections::HashSet::new();
+    for key in &logs {
+        let bytes: Vec<u8> = fred::interfaces::KeysInterface::get(&app.inspect, key.as_str())
+            .await
+            .unwrap();
+        let read = read_log(&bytes);
+        assert_eq!(read.unreadable, 0);
+        assert_eq!(read.consumed, bytes.len() as u64, "whole frames only");
+        for record in read.records {
+            calls += record.counts.calls;
+            failed += record.counts.failures;
+            merchants.insert((record.tenant, record.merchant));
         }
     }
     let mut outcomes = [0u64; EXPERIMENT_FIELDS.len()];
@@ -134,12 +139,19 @@ async fn twenty_thousand_merchants_fail_no_call_and_count_exactly(#[case] topolo
             });
         }
     }
-    let merchants = counts.len();
-    assert_eq!(merchants, MERCHANTS, "a counts hash per merchant");
+    assert_eq!(merchants.len(), MERCHANTS, "every merchant in the log");
     assert_eq!(
         (calls, failed),
         (MERCHANTS as u64, failures.load(Ordering::Relaxed))
     );
+    // The windows the service folded from the log: one call each, the
+    // failed ones failed (a sample of the default tenant's merchants).
+    for i in (0..MERCHANTS).step_by(TENANTS.len() * 97) {
+        let rows = health(&app, &format!("pm{i}")).await.unwrap();
+        assert_eq!(rows.len(), 1, "pm{i}: {rows:?}");
+        let failed = u64::from(i % 5 == 0);
+        assert_eq!((rows[0].calls, rows[0].failures), (1, failed), "pm{i}");
+    }
     let expected_failed = failures.load(Ordering::Relaxed);
     assert_eq!(
         outcomes[0],

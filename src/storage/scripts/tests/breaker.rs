@@ -229,10 +229,7 @@ fn a_trip_takes_the_windows_counts_and_open_drops_every_count() {
 fn half_open_counts_only_probes_tagged_with_its_trip() {
     let h = Harness::new();
     let s = settings();
-    let t = h
-        .transition("m", "a", trip(), T0)
-        .unwrap()
-        .open_until_ms;
+    let t = h.transition("m", "a", trip(), T0).unwrap().open_until_ms;
     let now = t + 10;
     let got = h.flush(
         "m",
@@ -259,10 +256,7 @@ fn half_open_counts_only_probes_tagged_with_its_trip() {
 fn a_half_open_that_timed_out_is_cleared_and_counts_afresh() {
     let h = Harness::new();
     let s = settings();
-    let t = h
-        .transition("m", "a", trip(), T0)
-        .unwrap()
-        .open_until_ms;
+    let t = h.transition("m", "a", trip(), T0).unwrap().open_until_ms;
     h.flush("m", &[probes("a", t, 1, 1)], t);
     let now = t + HALF;
     let got = h.flush(
@@ -283,10 +277,7 @@ fn a_half_open_that_timed_out_is_cleared_and_counts_afresh() {
         assert!(!stored.contains_key(gone), "{stored:?}");
     }
     // A trip then is a fresh one (the timed-out one refuses nothing).
-    assert!(
-        h.transition("m", "a", trip(), now + 1)
-            .is_some()
-    );
+    assert!(h.transition("m", "a", trip(), now + 1).is_some());
 }
 
 #[test]
@@ -329,20 +320,11 @@ fn probes_of_a_trip_the_hash_lost_make_it_again() {
 #[test]
 fn transitions_apply_only_where_the_engine_saw_the_breaker() {
     let h = Harness::new();
-    let t = h
-        .transition("m", "a", trip(), T0)
-        .unwrap()
-        .open_until_ms;
+    let t = h.transition("m", "a", trip(), T0).unwrap().open_until_ms;
     assert_eq!(t, T0 + OPEN_FOR);
     // A second trip is refused, OPEN or HALF-OPEN.
-    assert_eq!(
-        h.transition("m", "a", trip(), T0 + 1),
-        None
-    );
-    assert_eq!(
-        h.transition("m", "a", trip(), t + HALF - 1),
-        None
-    );
+    assert_eq!(h.transition("m", "a", trip(), T0 + 1), None);
+    assert_eq!(h.transition("m", "a", trip(), t + HALF - 1), None);
     // A close or reopen of another trip is refused, and so is one of a
     // breaker never tripped.
     for wrong in [
@@ -622,10 +604,7 @@ fn every_key_the_breaker_writes_has_a_ttl_within_the_bounds() {
         (W + 3 * B - 1_000..=W + 3 * B).contains(&h.pttl(&log_key("m", T0))),
         "a log key lives W + 3 B"
     );
-    let t = h
-        .transition("m", "a", trip(), T0)
-        .unwrap()
-        .open_until_ms;
+    let t = h.transition("m", "a", trip(), T0).unwrap().open_until_ms;
     h.flush("n", &[probes("a", T0, 1, 0)], T0 + 1);
     h.transition(
         "n",
@@ -795,7 +774,10 @@ fn a_tenants_breaker_is_its_own_and_every_key_it_writes_has_a_ttl() {
     );
     let acme_rows = h
         .runtime
-        .block_on(h.store.breaker_health(&acme, &m, &[], T0 + 1, &s, deadline()))
+        .block_on(
+            h.store
+                .breaker_health(&acme, &m, &[], T0 + 1, &s, deadline()),
+        )
         .unwrap();
     let states: Vec<_> = acme_rows
         .iter()
@@ -872,15 +854,7 @@ fn the_two_key_transition_runs_in_one_slot_on_cluster() {
                 .await
                 .unwrap();
             let tripped = store
-                .transition_breaker(
-                    &Tenant::DEFAULT,
-                    &m,
-                    "con{x}%",
-                    trip,
-                    T0,
-                    &s,
-                    deadline(),
-                )
+                .transition_breaker(&Tenant::DEFAULT, &m, "con{x}%", trip, T0, &s, deadline())
                 .await
                 .unwrap();
             assert_eq!(tripped.map(|t| t.counts()), Some(counts(4, 4)));
@@ -959,15 +933,7 @@ fn a_key_that_could_not_be_given_its_ttl_is_never_made() {
             .map(|_| ());
         assert!(is_permission(&flushed), "{flushed:?}");
         let tripped = store
-            .transition_breaker(
-                &Tenant::DEFAULT,
-                &m,
-                "a",
-                trip(),
-                T0,
-                &s,
-                deadline(),
-            )
+            .transition_breaker(&Tenant::DEFAULT, &m, "a", trip(), T0, &s, deadline())
             .await
             .map(|_| ());
         assert!(is_permission(&tripped), "{tripped:?}");

@@ -78,7 +78,10 @@ fn every_instances_appends_are_read_by_each_once_in_order() {
     let again = tick(Vec::new(), one.consumed);
     assert_eq!(again.records, [record("m2", period, 1, 0)]);
     assert_eq!(one.consumed + again.consumed, two.consumed);
-    assert!(tick(Vec::new(), two.consumed).records.is_empty(), "read once");
+    assert!(
+        tick(Vec::new(), two.consumed).records.is_empty(),
+        "read once"
+    );
 
     let key = keys::breaker_log_key(shard, period);
     let ttl = h.pttl(&key);

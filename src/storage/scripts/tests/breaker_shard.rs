@@ -90,7 +90,10 @@ fn four_calls_carry_every_merchant_of_the_shard_and_a_bad_one_fails_alone() {
     let before = h.metrics.render();
     let tick = h
         .runtime
-        .block_on(h.store.breaker_tick(shard, &no_log(), &sent, T0, &s, deadline()))
+        .block_on(
+            h.store
+                .breaker_tick(shard, &no_log(), &sent, T0, &s, deadline()),
+        )
         .unwrap();
     let after = h.metrics.render();
     assert_eq!(tick.merchants.len(), 200);
@@ -158,7 +161,10 @@ fn a_failing_call_after_the_first_leaves_the_earlier_written_and_the_later_unsen
     let sent: Vec<MerchantTallies> = ms.iter().map(|m| tally(m, 1, 0)).collect();
     let tick = h
         .runtime
-        .block_on(h.store.breaker_tick(shard, &no_log(), &sent, T0, &s, deadline()))
+        .block_on(
+            h.store
+                .breaker_tick(shard, &no_log(), &sent, T0, &s, deadline()),
+        )
         .unwrap();
     assert_eq!(tick.merchants.len(), 200);
     for (i, reply) in tick.merchants.iter().enumerate() {
@@ -217,10 +223,7 @@ fn a_transition_writes_its_index_entry_in_the_same_step() {
         .runtime
         .block_on(h.store.breaker_transitions(
             shard,
-            &[
-                plan(&ms[0], trip(20, 12)),
-                plan(&ms[1], trip(20, 15)),
-            ],
+            &[plan(&ms[0], trip(20, 12)), plan(&ms[1], trip(20, 15))],
             T0,
             &s,
             deadline(),
@@ -249,7 +252,10 @@ fn a_transition_writes_its_index_entry_in_the_same_step() {
     assert_eq!(h.raw(index.as_str()).len(), 2);
     let tick = h
         .runtime
-        .block_on(h.store.breaker_tick(shard, &no_log(), &[], T0 + 1, &s, deadline()))
+        .block_on(
+            h.store
+                .breaker_tick(shard, &no_log(), &[], T0 + 1, &s, deadline()),
+        )
         .unwrap();
     assert_eq!(tick.index.len(), 2);
     let ttl = h.pttl(index.as_str());
@@ -299,7 +305,10 @@ fn the_transitions_time_makes_are_reported_once() {
         .unwrap();
     let poll = |now: i64| {
         h.runtime
-            .block_on(h.store.breaker_tick(shard, &no_log(), &[], now, &s, deadline()))
+            .block_on(
+                h.store
+                    .breaker_tick(shard, &no_log(), &[], now, &s, deadline()),
+            )
             .unwrap()
     };
     // Still OPEN: nothing.

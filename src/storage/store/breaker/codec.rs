@@ -285,9 +285,7 @@ pub(super) fn transition_args(
     let (kind, expect, window) = match transition {
         BreakerTransition::Trip { window } => ("trip", 0, window),
         BreakerTransition::Close { open_until_ms } => ("close", open_until_ms, Counts::default()),
-        BreakerTransition::Reopen { open_until_ms } => {
-            ("reopen", open_until_ms, Counts::default())
-        }
+        BreakerTransition::Reopen { open_until_ms } => ("reopen", open_until_ms, Counts::default()),
     };
     let count = |n: u64| decimal(i64::try_from(n).unwrap_or(i64::MAX));
     [

@@ -174,7 +174,11 @@ mod tests {
     use super::*;
     use crate::storage::ConnectorTally;
 
-    fn merchant(tenant: &str, id: &str, connectors: &[(&str, &[(i64, u64, u64)])]) -> MerchantTallies {
+    fn merchant(
+        tenant: &str,
+        id: &str,
+        connectors: &[(&str, &[(i64, u64, u64)])],
+    ) -> MerchantTallies {
         MerchantTallies {
             tenant: Tenant::parse(tenant).unwrap(),
             merchant: MerchantId::parse(id).unwrap(),
@@ -205,7 +209,11 @@ mod tests {
     #[test]
     fn frames_read_back_as_the_records_they_carry() {
         let merchants = [
-            merchant("", "m1", &[("a", &[(7, 3, 1), (8, 1, 0)]), ("b:x", &[(8, 2, 2)])]),
+            merchant(
+                "",
+                "m1",
+                &[("a", &[(7, 3, 1), (8, 1, 0)]), ("b:x", &[(8, 2, 2)])],
+            ),
             merchant("acme", "m1", &[("a", &[(8, 5, 0)])]),
             merchant("", "probes-only", &[("a", &[])]),
         ];

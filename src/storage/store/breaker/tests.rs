@@ -123,7 +123,13 @@ fn a_shards_reply_has_each_merchants_answer_its_index_and_its_events() {
         merchant: m.clone(),
         tallies: vec![ConnectorTally {
             connector: "a".into(),
-            buckets: vec![(7, Counts { calls: 1, failures: 0 })],
+            buckets: vec![(
+                7,
+                Counts {
+                    calls: 1,
+                    failures: 0,
+                },
+            )],
             probes: None,
         }],
     }];
