@@ -26,18 +26,16 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::Breakers;
+use super::decide::{Planned, decide_probes, decide_window};
 use super::own_changes::Change;
 use super::window::Folded;
-use crate::domain::breaker::{
-    BreakerState, Counts, ProbeVerdict, Tripped, probes_decide, state_at, trips,
-};
-use crate::domain::ids::{Connector, MerchantId};
+use crate::domain::breaker::{BreakerState, Counts, Tripped, state_at};
 use crate::domain::shards::{SHARDS, Shard, shard_of};
 use crate::domain::tenant::Tenant;
 use crate::process::unix_millis;
 use crate::storage::{
-    BreakerTransition, ConnectorSnapshot, ConnectorTally, IndexEntry, MerchantTallies,
-    PlannedTransition, ShardLog, ShardTick, StorageError, TimeTransition, log_frames,
+    BreakerTransition, ConnectorTally, IndexEntry, MerchantTallies, PlannedTransition, ShardLog,
+    ShardTick, StorageError, TimeTransition, log_frames,
 };
 
 /// How often tallies are flushed and the index is read.
@@ -270,111 +268,6 @@ async fn act(
         write(breakers, shard, planned, now).await;
     }
     answer.index
-}
-
-/// A transition to write, with what it was decided from.
-struct Planned {
-    plan: PlannedTransition,
-    from: BreakerState,
-    counts: Counts,
-}
-
-/// The trip a CLOSED breaker's window calls for, if any; a window that
-/// will trip as it ages is looked at again then.
-fn decide_window(
-    breakers: &Breakers,
-    tenant: Tenant,
-    merchant: String,
-    connector: String,
-    now: i64,
-) -> Option<Planned> {
-    let settings = &breakers.settings;
-    let known = breakers
-        .view
-        .load()
-        .entry(&tenant, &merchant, &connector)
-        .and_then(|entry| entry.tripped);
-    if state_at(known.as_ref(), now, settings) != BreakerState::Closed {
-        return None;
-    }
-    let (counts, trips_later) = breakers
-        .windows
-        .judge(&tenant, &merchant, &connector, now, settings)?;
-    // Parsed only for a trip or a recheck: most windows need neither.
-    let ids = || {
-        Some((
-            MerchantId::parse(&merchant).ok()?,
-            Connector::parse(&connector).ok()?,
-        ))
-    };
-    if !trips(counts, settings) {
-        if let Some(at) = trips_later
-            && let Some((id, connector_id)) = ids()
-        {
-            breakers.rechecks.schedule(at, (tenant, id, connector_id));
-        }
-        return None;
-    }
-    let (id, _) = ids()?;
-    Some(Planned {
-        plan: PlannedTransition {
-            tenant,
-            merchant: id,
-            connector,
-            transition: BreakerTransition::Trip { window: counts },
-        },
-        from: BreakerState::Closed,
-        counts,
-    })
-}
-
-/// Learns a probing breaker's state from a flush's answer, and the
-/// transition its probes call for, if any.
-fn decide_probes(
-    breakers: &Breakers,
-    merchant: &MerchantTallies,
-    snapshot: ConnectorSnapshot,
-    now: i64,
-) -> Option<Planned> {
-    let settings = &breakers.settings;
-    let (tenant, id) = (&merchant.tenant, merchant.merchant.as_str());
-    let connector = snapshot.connector.as_str();
-    let known = breakers
-        .view
-        .load()
-        .entry(tenant, id, connector)
-        .and_then(|entry| entry.tripped);
-    if known != snapshot.tripped {
-        breakers.view.update(
-            tenant,
-            id,
-            connector,
-            Change::Tripped(snapshot.tripped),
-            settings.max_tracked,
-        );
-    }
-    let state = state_at(snapshot.tripped.as_ref(), now, settings);
-    let BreakerState::HalfOpen { since_ms } = state else {
-        return None;
-    };
-    let transition = match probes_decide(snapshot.probes, settings)? {
-        ProbeVerdict::Close => BreakerTransition::Close {
-            open_until_ms: since_ms,
-        },
-        ProbeVerdict::Reopen => BreakerTransition::Reopen {
-            open_until_ms: since_ms,
-        },
-    };
-    Some(Planned {
-        plan: PlannedTransition {
-            tenant: tenant.clone(),
-            merchant: merchant.merchant.clone(),
-            connector: snapshot.connector,
-            transition,
-        },
-        from: state,
-        counts: snapshot.probes,
-    })
 }
 
 /// Writes one shard's transitions, each with its index entry, and shows

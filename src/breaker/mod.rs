@@ -23,7 +23,7 @@
 //!   shards, not by the merchants (issue 41: at 20,000 merchants a script
 //!   per merchant per tick filled the request path's Redis slots), and
 //!   Redis's by the bytes of the counts, not by a command per merchant.
-
+//!
 //! It fails open: a flush that fails loses its tallies (counts are a
 //! signal, not a record), and a shard that Redis has not answered for
 //! OPEN_FOR has its breakers read as CLOSED. No RPC waits on the breaker.
@@ -33,6 +33,7 @@
 //! pub/sub message to lose and nothing to resubscribe after a reconnect.
 
 mod cycle;
+mod decide;
 mod own_changes;
 mod pending;
 mod rechecks;

@@ -65,12 +65,15 @@ fn find<'a>(connectors: &'a [(String, Window)], connector: &str) -> Option<&'a W
 /// A breaker whose window a fold changed: (tenant, merchant, connector).
 pub(super) type Folded = (Tenant, String, String);
 
+/// A tenant's merchants, each with its connectors' windows.
+type Merchants = HashMap<String, Vec<(String, Window)>, RandomState>;
+
 #[derive(Default)]
 struct Inner {
     /// Tenant → merchant → connector → window.
     /// (A merchant's few connectors in a Vec: a map's node per merchant
     /// would cost more than the windows.)
-    windows: HashMap<Tenant, HashMap<String, Vec<(String, Window)>, RandomState>, RandomState>,
+    windows: HashMap<Tenant, Merchants, RandomState>,
     pairs: usize,
     /// Per shard: the read offset of each log period, and the last period
     /// a read reached.

@@ -174,11 +174,10 @@ mod tests {
     use super::*;
     use crate::storage::ConnectorTally;
 
-    fn merchant(
-        tenant: &str,
-        id: &str,
-        connectors: &[(&str, &[(i64, u64, u64)])],
-    ) -> MerchantTallies {
+    /// A connector and its (bucket, calls, failures).
+    type Buckets<'a> = (&'a str, &'a [(i64, u64, u64)]);
+
+    fn merchant(tenant: &str, id: &str, connectors: &[Buckets<'_>]) -> MerchantTallies {
         MerchantTallies {
             tenant: Tenant::parse(tenant).unwrap(),
             merchant: MerchantId::parse(id).unwrap(),
