@@ -76,23 +76,39 @@ pub(super) async fn tick(breakers: &Arc<Breakers>) {
             connector.as_str().to_owned(),
         ));
     }
-    let taken = breakers.pending.take();
+    // The tick's own CPU work (taking every tally, encoding, folding) runs
+    // on the blocking pool, not on a runtime worker: at 100,000 merchants
+    // it is milliseconds a tick, and on a worker every call queued behind
+    // it waited as long (p99, bench/README.md "Platform scale").
+    let taken = off_the_workers(breakers, |breakers| {
+        breakers
+            .pending
+            .take()
+            .into_iter()
+            .map(|merchants| {
+                let frames = log_frames(&merchants);
+                let probing = probing(&merchants);
+                (merchants, frames, probing)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_default();
     let deadline = Instant::now() + STEP_DEADLINE;
     // Taken before the reads: this instance's changes after it may be
     // missing from the answers, and are applied over them.
     let seen = breakers.view.own_changes_seen();
     let mut shards = JoinSet::new();
-    for ((shard, merchants), due) in Shard::all().zip(taken).zip(due) {
+    for ((shard, (merchants, frames, probing)), due) in Shard::all().zip(taken).zip(due) {
         let breakers = breakers.clone();
         shards.spawn(async move {
             // The CLOSED counts go to the shard's log; only the probes of
             // HALF-OPEN breakers go into their merchants' hashes.
             let log = ShardLog {
-                frames: log_frames(&merchants),
+                frames,
                 append_period: settings.bucket_of(now),
                 reads: breakers.windows.reads(shard, now, &settings),
             };
-            let probing = probing(&merchants);
             let answer = breakers
                 .store
                 .breaker_tick(shard, &log, &probing, now, &settings, deadline)
@@ -129,7 +145,10 @@ pub(super) async fn tick(breakers: &Arc<Breakers>) {
             polls.push(poll);
         }
     }
-    breakers.windows.prune(now, &settings);
+    off_the_workers(breakers, move |breakers| {
+        breakers.windows.prune(now, &settings);
+    })
+    .await;
     let dropped = breakers
         .view
         .replace(polls, now, breakers.settings.max_tracked, seen);
@@ -141,6 +160,33 @@ pub(super) async fn tick(breakers: &Arc<Breakers>) {
              the HALF-OPEN ones past it read as CLOSED on this instance (every OPEN and \
              overridden one is kept; logged every 30 s)"
         );
+    }
+}
+
+/// `work` on the runtime's blocking pool; `None` if it could not finish
+/// (the runtime shutting down).
+async fn off_the_workers<T: Send + 'static>(
+    breakers: &Arc<Breakers>,
+    work: impl FnOnce(&Breakers) -> T + Send + 'static,
+) -> Option<T> {
+    let breakers = breakers.clone();
+    tokio::task::spawn_blocking(move || work(&breakers))
+        .await
+        .ok()
+}
+
+/// A breaker's ids as one key: tenant, merchant and connector, each ended
+/// by a 0 byte (no id holds one).
+fn join(tenant: &Tenant, merchant: &str, connector: &str) -> String {
+    let mut key = String::new();
+    join_into(&mut key, tenant, merchant, connector);
+    key
+}
+
+fn join_into(key: &mut String, tenant: &Tenant, merchant: &str, connector: &str) {
+    for id in [tenant.as_str(), merchant, connector] {
+        key.push_str(id);
+        key.push('\0');
     }
 }
 
@@ -172,7 +218,7 @@ fn probing(merchants: &[MerchantTallies]) -> Vec<MerchantTallies> {
 /// call; logs the transitions time made. The shard's index entries, for
 /// the view.
 async fn act(
-    breakers: &Breakers,
+    breakers: &Arc<Breakers>,
     shard: Shard,
     merchants: &[MerchantTallies],
     answer: ShardTick,
@@ -206,36 +252,53 @@ async fn act(
         breakers.pending.put_back(unwritten);
     }
     // A tripped breaker's calls count nowhere, and its window so far goes.
-    let tripped: HashSet<(&Tenant, &str, &str)> = answer
+    let tripped: HashSet<Folded> = answer
         .index
         .iter()
         .filter(|entry| state_at(entry.tripped.as_ref(), now, settings) != BreakerState::Closed)
         .map(|entry| {
             (
-                &entry.tenant,
-                entry.merchant.as_str(),
-                entry.connector.as_str(),
+                entry.tenant.clone(),
+                entry.merchant.clone(),
+                entry.connector.clone(),
             )
         })
         .collect();
-    for &(tenant, merchant, connector) in &tripped {
-        breakers.windows.clear(tenant, merchant, connector);
-    }
-    let records = answer
+    let records: Vec<_> = answer
         .log
         .into_iter()
         .flat_map(|read| read.records)
         .collect();
-    let mut folded = breakers.windows.fold(records, now, settings, |t, m, c| {
-        tripped.contains(&(t, m, c))
-    });
-    folded.extend(
-        due.into_iter()
-            .filter(|(t, m, c)| !tripped.contains(&(t, m.as_str(), c.as_str()))),
-    );
-    for (tenant, merchant, connector) in folded {
-        planned.extend(decide_window(breakers, tenant, merchant, connector, now));
-    }
+    let from_windows = off_the_workers(breakers, move |breakers| {
+        let settings = &breakers.settings;
+        for (tenant, merchant, connector) in &tripped {
+            breakers.windows.clear(tenant, merchant, connector);
+        }
+        // Looked up by one joined key in a buffer: no allocation per
+        // record, and none at all while nothing is tripped.
+        let joined: HashSet<String> = tripped.iter().map(|(t, m, c)| join(t, m, c)).collect();
+        let mut key = String::new();
+        let mut is_tripped = |t: &Tenant, m: &str, c: &str| {
+            if joined.is_empty() {
+                return false;
+            }
+            key.clear();
+            join_into(&mut key, t, m, c);
+            joined.contains(key.as_str())
+        };
+        let mut folded = breakers
+            .windows
+            .fold(records, now, settings, &mut is_tripped);
+        folded.extend(due.into_iter().filter(|(t, m, c)| !is_tripped(t, m, c)));
+        folded
+            .into_iter()
+            .filter_map(|(tenant, merchant, connector)| {
+                decide_window(breakers, tenant, merchant, connector, now)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await;
+    planned.extend(from_windows.into_iter().flatten());
     for timed in answer.timed {
         let (from, to) = match timed.kind {
             TimeTransition::HalfOpen => (

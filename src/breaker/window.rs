@@ -147,7 +147,7 @@ impl Windows {
         records: Vec<LogRecord>,
         now_ms: i64,
         s: &BreakerSettings,
-        skip: impl Fn(&Tenant, &str, &str) -> bool,
+        mut skip: impl FnMut(&Tenant, &str, &str) -> bool,
     ) -> Vec<Folded> {
         let this = s.bucket_of(now_ms);
         let mut changed = Vec::new();

@@ -138,3 +138,46 @@ fn reads_cover_the_window_first_then_what_is_new() {
     let later = windows.reads(shard, 101 * B, &s);
     assert_eq!(later, vec![(99, 0), (100, 40), (101, 0), (102, 0)]);
 }
+
+/// What a window costs this process, as the platform folds them: 100,000
+/// merchants of 10 tenants, one connector each, one call in one bucket.
+/// Not a check: a probe run by hand (`cargo test --release --lib
+/// window_memory -- --ignored --nocapture`), from the process's resident
+/// memory before and after.
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn window_memory() {
+    fn rss() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            * 1024
+    }
+    let s = BreakerSettings::DEFAULT;
+    let now = 1_800_000_000_000;
+    let tenants: Vec<Tenant> = (0..10)
+        .map(|t| Tenant::parse(&format!("tenant_{t}")).unwrap())
+        .collect();
+    let records: Vec<LogRecord> = (0..100_000)
+        .map(|m| LogRecord {
+            tenant: tenants[m % 10].clone(),
+            merchant: format!("merchant_{m}"),
+            connector: "GIGADAT".into(),
+            bucket: s.bucket_of(now),
+            counts: counts(1, 0),
+        })
+        .collect();
+    let windows = Windows::new(1_000_000);
+    let before = rss();
+    windows.fold(records, now, &s, |_, _, _| false);
+    let after = rss();
+    assert_eq!(windows.len(), 100_000);
+    println!(
+        "{} bytes per window (resident memory, 100,000 windows)",
+        (after - before) / 100_000
+    );
+}
