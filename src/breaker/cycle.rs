@@ -163,12 +163,15 @@ pub(super) async fn tick(breakers: &Arc<Breakers>) {
     }
 }
 
-/// `work` on the runtime's blocking pool; `None` if it could not finish
-/// (the runtime shutting down).
+/// `work` on the runtime's blocking pool, one piece of the tick's work at
+/// a time (16 shards folding at once took 16 threads, and left the
+/// runtime's workers a sixteenth of the CPU each while they ran); `None`
+/// if it could not finish (the runtime shutting down).
 async fn off_the_workers<T: Send + 'static>(
     breakers: &Arc<Breakers>,
     work: impl FnOnce(&Breakers) -> T + Send + 'static,
 ) -> Option<T> {
+    let _turn = breakers.tick_cpu.acquire().await.ok()?;
     let breakers = breakers.clone();
     tokio::task::spawn_blocking(move || work(&breakers))
         .await

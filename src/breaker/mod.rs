@@ -75,6 +75,9 @@ pub struct Breakers {
     failure_log: LogThrottle,
     /// Breakers past `MAX_TRACKED` in the view: a line every 30 s at most.
     bound_log: LogThrottle,
+    /// The tick's CPU work takes this to run, one piece at a time
+    /// (`cycle::off_the_workers`).
+    tick_cpu: tokio::sync::Semaphore,
 }
 
 impl Breakers {
@@ -86,6 +89,7 @@ impl Breakers {
             rechecks: Rechecks::new(settings.max_tracked),
             failure_log: LogThrottle::new(cycle::LOG_FAILURES_EVERY),
             bound_log: LogThrottle::new(cycle::LOG_FAILURES_EVERY),
+            tick_cpu: tokio::sync::Semaphore::new(1),
             store,
             settings,
             metrics,
