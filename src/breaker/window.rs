@@ -36,21 +36,16 @@ pub(super) struct Window {
 impl Window {
     /// The calls of the buckets that count at `now_ms`.
     pub fn counts(&self, now_ms: i64, s: &BreakerSettings) -> Counts {
-        let mut sum = Counts::default();
-        for (bucket, counts) in &self.ring {
-            if s.counts_in_window(*bucket, now_ms) {
-                sum += *counts;
-            }
-        }
-        sum
+        s.window_counts(
+            self.ring.iter().map(|(bucket, counts)| (bucket, counts)),
+            now_ms,
+        )
     }
 
-    /// Drops the buckets that will never count again (a bucket of a clock
-    /// ahead of this one's stays, and counts when its time comes).
+    /// Drops the buckets that will never count again.
     fn age(&mut self, now_ms: i64, s: &BreakerSettings) {
-        let this = s.bucket_of(now_ms);
         self.ring
-            .retain(|(bucket, _)| *bucket > this || s.counts_in_window(*bucket, now_ms));
+            .retain(|(bucket, _)| s.keeps_bucket(*bucket, now_ms));
     }
 }
 
@@ -149,12 +144,10 @@ impl Windows {
         s: &BreakerSettings,
         mut skip: impl FnMut(&Tenant, &str, &str) -> bool,
     ) -> Vec<Folded> {
-        let this = s.bucket_of(now_ms);
         let mut changed = Vec::new();
         let mut inner = self.lock();
         for record in records {
-            let counts_later = record.bucket > this;
-            if !counts_later && !s.counts_in_window(record.bucket, now_ms) {
+            if !s.keeps_bucket(record.bucket, now_ms) {
                 continue;
             }
             if skip(&record.tenant, &record.merchant, &record.connector) {

@@ -161,6 +161,28 @@ impl BreakerSettings {
         end.saturating_add(self.window_ms()) > now_ms && bucket <= self.bucket_of(now_ms)
     }
 
+    /// Whether a window keeps `bucket` at `now_ms`: its calls count now,
+    /// or it is a bucket still to come (another instance's clock ahead of
+    /// this one's), whose calls count when its time comes.
+    pub fn keeps_bucket(&self, bucket: i64, now_ms: i64) -> bool {
+        self.counts_in_window(bucket, now_ms) || bucket > self.bucket_of(now_ms)
+    }
+
+    /// A window's counts at `now_ms`: the calls of its buckets that count.
+    pub fn window_counts<'a>(
+        &self,
+        buckets: impl IntoIterator<Item = (&'a i64, &'a Counts)>,
+        now_ms: i64,
+    ) -> Counts {
+        let mut sum = Counts::default();
+        for (bucket, counts) in buckets {
+            if self.counts_in_window(*bucket, now_ms) {
+                sum += *counts;
+            }
+        }
+        sum
+    }
+
     /// How long an undecided HALF-OPEN lasts before the breaker closes.
     pub fn half_open_for_ms(&self) -> i64 {
         self.window_ms().saturating_mul(2)

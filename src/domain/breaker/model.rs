@@ -74,13 +74,7 @@ impl Model {
 
     /// The CLOSED window's counts now.
     pub fn window(&self) -> Counts {
-        let mut sum = Counts::default();
-        for (bucket, counts) in &self.buckets {
-            if self.settings.counts_in_window(*bucket, self.now_ms) {
-                sum += *counts;
-            }
-        }
-        sum
+        self.settings.window_counts(&self.buckets, self.now_ms)
     }
 
     /// Time passes: an undecided half-open that has run out closes (counts
@@ -104,9 +98,8 @@ impl Model {
             self.buckets.clear();
         }
         let (settings, now) = (self.settings, self.now_ms);
-        self.buckets.retain(|bucket, _| {
-            settings.counts_in_window(*bucket, now) || *bucket > settings.bucket_of(now)
-        });
+        self.buckets
+            .retain(|bucket, _| settings.keeps_bucket(*bucket, now));
     }
 
     /// A call answered at `at_ms` counts where the state then says, and
