@@ -34,8 +34,8 @@ use crate::domain::shards::{SHARDS, Shard, shard_of};
 use crate::domain::tenant::Tenant;
 use crate::process::unix_millis;
 use crate::storage::{
-    BreakerTransition, ConnectorTally, IndexEntry, MerchantTallies, PlannedTransition, ShardLog,
-    ShardTick, StorageError, TimeTransition, log_frames,
+    BreakerTransition, IndexEntry, MerchantTallies, PlannedTransition, ShardLog, ShardTick,
+    StorageError, TimeTransition, log_frames, probing,
 };
 
 /// How often tallies are flushed and the index is read.
@@ -193,29 +193,6 @@ fn join_into(key: &mut String, tenant: &Tenant, merchant: &str, connector: &str)
     }
 }
 
-/// The merchants with probe counts, with only those.
-fn probing(merchants: &[MerchantTallies]) -> Vec<MerchantTallies> {
-    merchants
-        .iter()
-        .filter_map(|merchant| {
-            let tallies: Vec<ConnectorTally> = merchant
-                .tallies
-                .iter()
-                .filter(|tally| tally.probes.is_some())
-                .map(|tally| ConnectorTally {
-                    buckets: Vec::new(),
-                    ..tally.clone()
-                })
-                .collect();
-            (!tallies.is_empty()).then(|| MerchantTallies {
-                tenant: merchant.tenant.clone(),
-                merchant: merchant.merchant.clone(),
-                tallies,
-            })
-        })
-        .collect()
-}
-
 /// Acts on one shard's answer: folds the log it read into the windows,
 /// and writes the transitions the windows and the probes call for, in one
 /// call; logs the transitions time made. The shard's index entries, for
@@ -255,7 +232,7 @@ async fn act(
         breakers.pending.put_back(unwritten);
     }
     // A tripped breaker's calls count nowhere, and its window so far goes.
-    let tripped: HashSet<Folded> = answer
+    let tripped: Vec<Folded> = answer
         .index
         .iter()
         .filter(|entry| state_at(entry.tripped.as_ref(), now, settings) != BreakerState::Closed)

@@ -1,9 +1,9 @@
 //! Breakers to look at again at a set time: a CLOSED breaker whose window
 //! will trip as its old calls age out (`domain::breaker::trips_at`), with
-//! no new call to make the engine look. At that time the cycle flushes
-//! the breaker with no counts, which reads its window again, and trips it
-//! if it then should: trips are decided on the window as it stands at
-//! each tick, not only when a call arrives.
+//! no new call to make the engine look. At that time the cycle judges its
+//! window again (`window::Windows::judge`), and trips it if it then
+//! should: trips are decided on the window as it stands at each tick, not
+//! only when a call arrives.
 //!
 //! Bounded like the tallies (`MAX_TRACKED`): past it, a breaker is not
 //! scheduled, and trips at its next call as before.

@@ -40,6 +40,7 @@ pub use settings::{REDIS_SETTINGS, RedisSetting, RedisSettings, RedisUrl, Secret
 pub use store::{
     BreakerTransition, ConnectorHealthRow, ConnectorSnapshot, ConnectorTally, ExperimentCounts,
     ExperimentEntry, IndexEntry, LogRead, LogRecord, MerchantTallies, PlannedTransition,
-    RedisStore, ShardLog, ShardTick, TimeTransition, TimedTransition, log_frames, read_log,
+    RedisStore, ShardLog, ShardTick, TimeTransition, TimedTransition, log_frames, probing,
+    read_log,
 };
 pub use tls::{ClientCertFiles, TlsError, TlsFile, TlsFiles};

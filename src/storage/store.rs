@@ -41,7 +41,7 @@ pub(crate) use breaker::tick_chunk as breaker_tick_chunk;
 pub use breaker::{
     BreakerTransition, ConnectorHealthRow, ConnectorSnapshot, ConnectorTally, IndexEntry, LogRead,
     LogRecord, MerchantTallies, PlannedTransition, ShardLog, ShardTick, TimeTransition,
-    TimedTransition, log_frames, read_log,
+    TimedTransition, log_frames, probing, read_log,
 };
 pub use experiment::{ExperimentCounts, ExperimentEntry};
 

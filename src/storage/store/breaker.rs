@@ -28,7 +28,7 @@ mod log;
 #[cfg(test)]
 mod one;
 
-pub use log::{LogRead, LogRecord, log_frames, read_log};
+pub use log::{LogRead, LogRecord, log_frames, probing, read_log};
 
 use std::time::Instant;
 

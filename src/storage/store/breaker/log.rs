@@ -15,7 +15,7 @@
 use crate::domain::breaker::Counts;
 use crate::domain::ids::MerchantId;
 use crate::domain::tenant::Tenant;
-use crate::storage::MerchantTallies;
+use crate::storage::{ConnectorTally, MerchantTallies};
 
 /// A body is closed once it reaches this size (a merchant is never split).
 const FRAME_BODY_MAX: usize = 64 * 1024;
@@ -88,6 +88,30 @@ pub fn log_frames(merchants: &[MerchantTallies]) -> Vec<u8> {
         close_frame(&mut out, &mut body);
     }
     out
+}
+
+/// The merchants with probe counts, with only those: what a tick adds
+/// into the merchants' hashes (the rest goes to the log, `log_frames`).
+pub fn probing(merchants: &[MerchantTallies]) -> Vec<MerchantTallies> {
+    merchants
+        .iter()
+        .filter_map(|merchant| {
+            let tallies: Vec<ConnectorTally> = merchant
+                .tallies
+                .iter()
+                .filter(|tally| tally.probes.is_some())
+                .map(|tally| ConnectorTally {
+                    buckets: Vec::new(),
+                    ..tally.clone()
+                })
+                .collect();
+            (!tallies.is_empty()).then(|| MerchantTallies {
+                tenant: merchant.tenant.clone(),
+                merchant: merchant.merchant.clone(),
+                tallies,
+            })
+        })
+        .collect()
 }
 
 fn close_frame(out: &mut Vec<u8>, body: &mut Vec<u8>) {
@@ -172,7 +196,6 @@ impl<'a> Cursor<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::ConnectorTally;
 
     /// A connector and its (bucket, calls, failures).
     type Buckets<'a> = (&'a str, &'a [(i64, u64, u64)]);

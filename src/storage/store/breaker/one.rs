@@ -8,8 +8,8 @@ use fred::prelude::Value;
 
 use super::codec::{decimal, index_cap_ms, unexpected};
 use super::{
-    BreakerTransition, ConnectorSnapshot, ConnectorTally, IndexEntry, LogRead, MerchantTallies,
-    PlannedTransition, Script, ShardLog, log_frames,
+    BreakerTransition, ConnectorSnapshot, ConnectorTally, IndexEntry, MerchantTallies,
+    PlannedTransition, Script, ShardLog, log_frames, probing,
 };
 use crate::domain::breaker::{BreakerSettings, Tripped};
 use crate::domain::ids::MerchantId;
@@ -38,20 +38,7 @@ impl RedisStore {
             merchant: merchant.clone(),
             tallies: tallies.to_vec(),
         }];
-        let probing: Vec<ConnectorTally> = tallies
-            .iter()
-            .filter(|tally| tally.probes.is_some())
-            .cloned()
-            .collect();
-        let merchants = if probing.is_empty() {
-            Vec::new()
-        } else {
-            vec![MerchantTallies {
-                tenant: tenant.clone(),
-                merchant: merchant.clone(),
-                tallies: probing,
-            }]
-        };
+        let merchants = probing(&all);
         let period = settings.bucket_of(now_ms);
         let log = ShardLog {
             frames: log_frames(&all),
@@ -64,28 +51,6 @@ impl RedisStore {
             .breaker_tick(shard, &log, &merchants, now_ms, settings, deadline)
             .await?;
         Ok(tick.merchants.pop().transpose()?.unwrap_or_default())
-    }
-
-    /// What `shard`'s log of `period` holds from `from`, read as a tick
-    /// reads it.
-    pub async fn read_breaker_log(
-        &self,
-        shard: Shard,
-        period: i64,
-        from: u64,
-        now_ms: i64,
-        settings: &BreakerSettings,
-        deadline: Instant,
-    ) -> Result<LogRead, StorageError> {
-        let log = ShardLog {
-            frames: Vec::new(),
-            append_period: period,
-            reads: vec![(period, from)],
-        };
-        let mut tick = self
-            .breaker_tick(shard, &log, &[], now_ms, settings, deadline)
-            .await?;
-        Ok(tick.log.remove(0))
     }
 
     /// One transition: its shard's batch with it alone.
