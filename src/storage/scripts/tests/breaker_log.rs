@@ -3,25 +3,13 @@
 //! the order they were made; the log key lives a window and three
 //! buckets from its last append.
 
-use std::time::Duration;
-
 use super::*;
-use crate::domain::breaker::{BreakerSettings, Counts};
+use crate::domain::breaker::Counts;
 use crate::domain::shards::Shard;
 use crate::storage::{ConnectorTally, LogRecord, MerchantTallies, ShardLog, log_frames};
 
-fn settings() -> BreakerSettings {
-    BreakerSettings {
-        window: Duration::from_secs(1),
-        ..BreakerSettings::DEFAULT
-    }
-}
-
-const T0: i64 = 1_764_000_000_000;
-
-fn deadline() -> Instant {
-    Instant::now() + Duration::from_secs(5)
-}
+// The breaker scripts' tests' settings (a 1 s window).
+use super::breaker::{T0, settings};
 
 fn tallies(m: &str, bucket: i64, calls: u64, failures: u64) -> MerchantTallies {
     MerchantTallies {

@@ -4,8 +4,6 @@
 //! transitions time makes are reported once, by the one poll that sees
 //! them first.
 
-use std::time::Duration;
-
 use super::*;
 use crate::domain::breaker::{BreakerSettings, Counts, Tripped};
 use crate::domain::shards::{Shard, shard_of};
@@ -14,26 +12,13 @@ use crate::storage::{
     TimeTransition, log_frames,
 };
 
-fn settings() -> BreakerSettings {
-    BreakerSettings {
-        window: Duration::from_secs(1),
-        open_for: Duration::from_secs(3),
-        ..BreakerSettings::DEFAULT
-    }
-}
-
-const OPEN_FOR: i64 = 3_000;
-const HALF: i64 = 2_000;
-const T0: i64 = 1_764_000_000_000;
+// The breaker scripts' tests' settings (a 1 s window, OPEN for 3 s).
+use super::breaker::{HALF, OPEN_FOR, T0, settings};
 
 fn trip(calls: u64, failures: u64) -> BreakerTransition {
     BreakerTransition::Trip {
         window: Counts { calls, failures },
     }
-}
-
-fn deadline() -> Instant {
-    Instant::now() + Duration::from_secs(5)
 }
 
 /// `n` merchants of `shard`, by id.

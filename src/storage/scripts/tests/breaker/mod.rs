@@ -18,7 +18,7 @@ use crate::storage::{
 
 /// A 1 s window: 100 ms buckets, a ring of 12; OPEN for 3 s, HALF-OPEN
 /// for 2 s.
-fn settings() -> BreakerSettings {
+pub(super) fn settings() -> BreakerSettings {
     BreakerSettings {
         window: Duration::from_secs(1),
         open_for: Duration::from_secs(3),
@@ -28,10 +28,10 @@ fn settings() -> BreakerSettings {
 
 const W: i64 = 1_000;
 const B: i64 = 100;
-const OPEN_FOR: i64 = 3_000;
-const HALF: i64 = 2_000;
+pub(super) const OPEN_FOR: i64 = 3_000;
+pub(super) const HALF: i64 = 2_000;
 /// A plausible Unix time in ms, on a bucket's start.
-const T0: i64 = 1_764_000_000_000;
+pub(super) const T0: i64 = 1_764_000_000_000;
 
 fn merchant(m: &str) -> MerchantId {
     MerchantId::parse(m).unwrap()
