@@ -21,7 +21,7 @@
 //! experiment prefix was not one the service writes (skipped; stderr says
 //! how many); 2 for usage, settings or Redis errors.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,11 +30,12 @@ use serde::Serialize;
 
 use crate::config::Settings;
 use crate::domain::ids::MerchantId;
-use crate::domain::keys::{experiment_key_patterns, parse_experiment_key};
 use crate::domain::tenant::Tenant;
 use crate::domain::uplift::{GroupCounts, Uplift};
 use crate::experiment::{DEFAULT_DAYS, MAX_DAYS, days, uplift_of};
-use crate::storage::{ExperimentCounts, HashContents, HashScanner, ScanError};
+use crate::storage::{ExperimentCounts, HashScanner, ScanError};
+
+mod read;
 
 /// `report --help`.
 pub const HELP: &str = "\
@@ -109,6 +110,13 @@ async fn run_on_runtime(args: &[String], env: &HashMap<String, String>) -> ExitC
     {
         return fail(&format!("cannot write to stdout: {error}"));
     }
+    if read.rescans > 0 {
+        eprintln!(
+            "sticky-routing report: {} shards were scanned again, as their counts were being \
+             added into their hashes meanwhile",
+            read.rescans
+        );
+    }
     if read.unreadable == 0 {
         return ExitCode::SUCCESS;
     }
@@ -170,94 +178,26 @@ fn parse_args(args: &[String]) -> Result<Option<Request>, String> {
     Ok(Some(request))
 }
 
-/// What the scan found.
-#[derive(Debug, Default)]
-struct Read {
-    /// Each merchant's counts summed over the days asked for, by id.
-    by_merchant: BTreeMap<String, ExperimentCounts>,
-    /// Keys under the prefix that the service cannot have written, or
-    /// whose counts are not whole numbers.
-    unreadable: u64,
-}
-
-/// Connects, scans, sums.
+/// Connects, reads, quits.
 async fn read_counts(
     request: &Request,
     settings: &Settings,
     wanted: &[u32],
-) -> Result<Read, String> {
+) -> Result<read::Read, String> {
     let redis = super::bulk_redis(&settings.redis);
     let scanner = match HashScanner::connect(&redis, super::START_WITHIN).await {
         Ok(scanner) => scanner,
         Err(ScanError::Connect(why)) => return Err(super::unreachable(&redis, &why)),
         Err(error) => return Err(error.to_string()),
     };
-    // Both layouts: the sharded keys, and those written before the shards
-    // until they expire (`domain::keys::legacy_experiment_key`).
-    let patterns = experiment_key_patterns(&request.tenant, request.merchant.as_ref());
-    let wanted: HashSet<u32> = wanted.iter().copied().collect();
-    let mut read = Read::default();
-    if let Some(merchant) = &request.merchant {
-        read.by_merchant
-            .insert(merchant.as_str().to_owned(), ExperimentCounts::default());
-    }
-    // SCAN may name a key twice (its own guarantee): each is summed once.
-    let mut seen: HashSet<Vec<u8>> = HashSet::new();
-    let mut failed = None;
-    for pattern in &patterns {
-        let mut pages = scanner.scan(pattern);
-        while let Some(page) = pages.recv().await {
-            let page = match page {
-                Ok(page) => page,
-                Err(error) => {
-                    failed = Some(error.to_string());
-                    break;
-                }
-            };
-            for hash in page {
-                let parsed = std::str::from_utf8(&hash.key)
-                    .ok()
-                    .and_then(parse_experiment_key);
-                let counts = match (&parsed, &hash.contents) {
-                    // Deleted or expired between SCAN and HGETALL: no sighting.
-                    (_, HashContents::Fields(fields)) if fields.is_empty() => continue,
-                    (Some(_), HashContents::Fields(fields)) => ExperimentCounts::from_fields(
-                        fields.iter().map(|(f, v)| (f.as_slice(), v.as_slice())),
-                    )
-                    .ok(),
-                    _ => None,
-                };
-                if !seen.insert(hash.key.clone()) {
-                    continue;
-                }
-                let (Some((tenant, merchant, day)), Some(counts)) = (parsed, counts) else {
-                    read.unreadable += 1;
-                    continue;
-                };
-                // The pattern keeps to the merchant asked for, but a glob can
-                // only narrow so far, and the default tenant's matches every
-                // tenant's keys: the parsed ids decide.
-                if tenant != request.tenant
-                    || request.merchant.as_ref().is_some_and(|m| *m != merchant)
-                    || !wanted.contains(&day)
-                {
-                    continue;
-                }
-                read.by_merchant
-                    .entry(merchant.as_str().to_owned())
-                    .or_default()
-                    .add(&counts);
-            }
-        }
-        if failed.is_some() {
-            break;
-        }
-    }
+    let wanted = read::Wanted {
+        tenant: &request.tenant,
+        merchant: request.merchant.as_ref(),
+        days: wanted.iter().copied().collect(),
+    };
+    let read = read::read_counts(&scanner, &wanted).await;
     super::quit_within(scanner.quit()).await;
-    match failed {
-        Some(problem) => Err(problem),
-        None => Ok(read),
-    }
+    read
 }
 
 /// The report of every merchant, in bytewise id order.

@@ -368,15 +368,7 @@ pub fn parse_experiment_key(key: &str) -> Option<(Tenant, MerchantId, u32)> {
 /// tenant's: the reader keeps those [`parse_experiment_key`] says are the
 /// default tenant's.
 pub fn experiment_key_patterns(tenant: &Tenant, merchant: Option<&MerchantId>) -> Vec<String> {
-    let mut tail = String::new();
-    push_glob_escaped(&mut tail, &namespace_of(tenant));
-    if let Some(merchant) = merchant {
-        let mut escaped = String::new();
-        escape_into(&mut escaped, merchant.as_str(), true);
-        push_glob_escaped(&mut tail, &escaped);
-        tail.push('_');
-    }
-    tail.push('*');
+    let tail = experiment_pattern_tail(tenant, merchant);
     let sharded = match merchant {
         Some(merchant) => format!("{{{}}}", shard_of(tenant, merchant).tag()),
         None if tenant.id().is_none() => {
@@ -389,6 +381,61 @@ pub fn experiment_key_patterns(tenant: &Tenant, merchant: Option<&MerchantId>) -
         format!("{EXPERIMENT_KEY_PREFIX}{sharded}{tail}"),
         format!("{EXPERIMENT_KEY_PREFIX}{tail}"),
     ]
+}
+
+/// The SCAN `MATCH` pattern for the sharded experiment keys of `shard`
+/// among those [`experiment_key_patterns`] matches (the default tenant's
+/// matches every tenant's, as there).
+pub fn experiment_shard_pattern(
+    shard: Shard,
+    tenant: &Tenant,
+    merchant: Option<&MerchantId>,
+) -> String {
+    let tail = experiment_pattern_tail(tenant, merchant);
+    format!("{EXPERIMENT_KEY_PREFIX}{{{}}}{tail}", shard.tag())
+}
+
+/// The patterns' part after the layout's start: the namespace, the
+/// merchant if any, then `*`.
+fn experiment_pattern_tail(tenant: &Tenant, merchant: Option<&MerchantId>) -> String {
+    let mut tail = String::new();
+    push_glob_escaped(&mut tail, &namespace_of(tenant));
+    if let Some(merchant) = merchant {
+        let mut escaped = String::new();
+        escape_into(&mut escaped, merchant.as_str(), true);
+        push_glob_escaped(&mut tail, &escaped);
+        tail.push('_');
+    }
+    tail.push('*');
+    tail
+}
+
+/// `sticky_exp_l{S}`: the shard's experiment counts log, a list of the
+/// instances' ticks (one frame each) not yet added into the day hashes,
+/// in the shard's slot. No experiment day key has `{` after its first
+/// letter (the escaped ids hold none), so neither this key nor
+/// [`experiment_log_meta_key`] is one.
+pub fn experiment_log_key(shard: Shard) -> String {
+    format!("{EXPERIMENT_KEY_PREFIX}l{{{}}}", shard.tag())
+}
+
+/// `sticky_exp_m{S}`: where the shard's log stands in being added into the
+/// day hashes (the batch, its chunks, the next chunk), beside the log.
+pub fn experiment_log_meta_key(shard: Shard) -> String {
+    format!("{EXPERIMENT_KEY_PREFIX}m{{{}}}", shard.tag())
+}
+
+/// The shard whose [`experiment_log_key`] or [`experiment_log_meta_key`]
+/// `key` is, so that a scan of the experiment prefix passes over them.
+pub fn parse_experiment_log_key(key: &str) -> Option<Shard> {
+    let rest = key.strip_prefix(EXPERIMENT_KEY_PREFIX)?;
+    let tagged = rest.strip_prefix('l').or_else(|| rest.strip_prefix('m'))?;
+    Shard::all().find(|shard| {
+        tagged
+            .strip_prefix('{')
+            .and_then(|t| t.strip_prefix(shard.tag()))
+            == Some("}")
+    })
 }
 
 /// Every key kind reads as the Redis key it is.

@@ -1,11 +1,17 @@
-//! The experiment counts' background cycle: every [`TICK`], flush the
-//! tallies to Redis, one script call per Redis shard (`domain::shards`)
-//! that has counts, all at once, however many merchants have counts; a
-//! last flush when the service stops.
+//! The experiment counts' background cycle: every [`TICK`], push the
+//! tallies onto the shards' counts logs, one script call per Redis shard
+//! (`domain::shards`) that has counts, all at once, however many merchants
+//! have counts, and move each shard's compaction on a step
+//! (`compact.rs`); a last push when the service stops.
 //!
 //! Its bound on "visible to a report within 2 s of the calls' answers": a
 //! count waits at most one tick in memory, then one script call (bounded
-//! by [`STEP_DEADLINE`]).
+//! by [`STEP_DEADLINE`]); GetUplift and the report read the logs.
+//!
+//! Its bound on calls per tick, whatever the merchants: per shard, one
+//! push (or, every `compact::ASK_EVERY` when this instance has nothing to
+//! push, one question), one read of a batch and one chunk added: at most
+//! 48 calls a tick, 96 a second.
 //!
 //! A flush that certainly wrote nothing (Redis refused it, or it never
 //! left: no connection, a failover's fence) puts its counts back for the
@@ -20,8 +26,11 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::Experiments;
+use super::compact::Step;
 use crate::domain::shards::{SHARDS, Shard, shard_of};
-use crate::storage::{ExperimentEntry, StorageError};
+use crate::storage::{
+    ExperimentBatch, ExperimentEntry, ExperimentLog, StorageError, experiment_frame,
+};
 
 /// How often tallies are flushed.
 pub(super) const TICK: Duration = Duration::from_millis(500);
@@ -38,16 +47,18 @@ pub(super) async fn run(experiments: Arc<Experiments>, stop: CancellationToken) 
             _ = ticker.tick() => {}
             () = stop.cancelled() => {
                 // The calls answered before the shutdown still count.
-                flush(&experiments).await;
+                flush(&experiments, true).await;
                 return;
             }
         }
-        flush(&experiments).await;
+        flush(&experiments, false).await;
     }
 }
 
-/// Sends every tally, one script per shard, all at once.
-pub(super) async fn flush(experiments: &Arc<Experiments>) {
+/// Pushes every tally onto its shard's log, one script per shard, all at
+/// once, and moves each shard's compaction on a step; with `last` (the
+/// service stopping), only pushes.
+pub(super) async fn flush(experiments: &Arc<Experiments>, last: bool) {
     let dropped = experiments.tally.take_dropped();
     if dropped > 0 {
         experiments
@@ -59,12 +70,8 @@ pub(super) async fn flush(experiments: &Arc<Experiments>) {
             super::tally::MAX_MERCHANTS
         ));
     }
-    let taken = experiments.tally.take();
-    if taken.is_empty() {
-        return;
-    }
     let mut by_shard: Vec<Vec<ExperimentEntry>> = (0..SHARDS).map(|_| Vec::new()).collect();
-    for (tenant, merchant, day, counts) in taken {
+    for (tenant, merchant, day, counts) in experiments.tally.take() {
         by_shard[shard_of(&tenant, &merchant).index()].push(ExperimentEntry {
             tenant,
             merchant,
@@ -73,25 +80,28 @@ pub(super) async fn flush(experiments: &Arc<Experiments>) {
         });
     }
     let deadline = Instant::now() + STEP_DEADLINE;
-    let mut flushes = JoinSet::new();
+    let mut shards = JoinSet::new();
     for (shard, entries) in Shard::all().zip(by_shard) {
-        if entries.is_empty() {
+        let frame = experiment_frame(&entries);
+        let ask = !last && experiments.compactions.wants_to_ask(shard, Instant::now());
+        if frame.is_none() && !ask {
             continue;
         }
         let experiments = experiments.clone();
-        flushes.spawn(async move {
-            let result = experiments
+        shards.spawn(async move {
+            let pushed = experiments
                 .store
-                .flush_experiment(shard, &entries, experiments.retention, deadline)
+                .append_experiment(
+                    shard,
+                    frame,
+                    experiments.retention,
+                    crate::process::unix_millis(),
+                    deadline,
+                )
                 .await;
-            match result {
-                Ok(answers) => {
-                    for (entry, answer) in entries.iter().zip(answers) {
-                        if let Err(error) = answer {
-                            experiments.failed(entry, &error);
-                        }
-                    }
-                }
+            match pushed {
+                Ok(state) if !last => compact(&experiments, shard, &state, deadline).await,
+                Ok(_) => {}
                 Err(error) => {
                     for entry in &entries {
                         experiments.put_back_unwritten(entry, &error);
@@ -104,17 +114,107 @@ pub(super) async fn flush(experiments: &Arc<Experiments>) {
             }
         });
     }
-    while flushes.join_next().await.is_some() {}
+    while shards.join_next().await.is_some() {}
+}
+
+/// One step of `shard`'s compaction (`compact.rs` plans it): at most one
+/// read of a batch and one chunk added.
+async fn compact(
+    experiments: &Experiments,
+    shard: Shard,
+    state: &ExperimentLog,
+    deadline: Instant,
+) {
+    let compactions = &experiments.compactions;
+    let now_ms = crate::process::unix_millis();
+    let (number, frames, chunk, known) =
+        match compactions.plan(shard, state, Instant::now(), now_ms) {
+            Step::Nothing => return,
+            Step::Begin { batch, frames } => (batch, frames, 0, None),
+            Step::Continue { batch, adding } => {
+                (batch, adding.frames, adding.next, Some(adding.chunks))
+            }
+        };
+    let held = known.and_then(|chunks| {
+        compactions
+            .held_chunk(shard, number, frames, chunks, chunk)
+            .map(|entries| (chunks, entries))
+    });
+    let (chunks, entries) = match held {
+        Some(held) => held,
+        None => {
+            let read = experiments
+                .store
+                .read_experiment_batch(shard, frames, deadline)
+                .await;
+            let read = match read {
+                Ok(read) if read.len() as u64 == frames => read,
+                Ok(_) => return, // trimmed meanwhile: the next tick asks again
+                Err(error) => return experiments.compact_failed(&error),
+            };
+            let batch = ExperimentBatch::of(&read);
+            if batch.unreadable > 0 {
+                experiments
+                    .metrics
+                    .experiment_io_failures("unreadable", batch.unreadable);
+            }
+            let chunks = batch.chunks.len() as u64;
+            if known.is_some_and(|known| known != chunks) {
+                experiments.log_failure(&format!(
+                    "the experiment counts log of shard {} is split in {known:?} chunks by \
+                     another instance, {chunks} here; its batch waits for that instance",
+                    shard.index()
+                ));
+                return;
+            }
+            let entries = batch
+                .chunks
+                .get(chunk as usize)
+                .cloned()
+                .unwrap_or_default();
+            compactions.hold(shard, number, frames, batch);
+            (chunks, entries)
+        }
+    };
+    let done = experiments
+        .store
+        .compact_experiment(
+            shard,
+            number,
+            frames,
+            chunks,
+            chunk,
+            &entries,
+            experiments.retention,
+            now_ms,
+            deadline,
+        )
+        .await;
+    match done {
+        Ok(done) if done.added => {
+            for error in done.answers.iter().filter_map(|a| a.as_ref().err()) {
+                experiments.io_failed("compact", error);
+            }
+            if done.state.adding.is_none() {
+                compactions.drop_held(shard);
+            } else {
+                compactions.drive_held(shard);
+            }
+        }
+        // Another instance added it: hold the batch only while it is this
+        // one (to take it over if that instance stops).
+        Ok(done) if done.state.batch == number && done.state.adding.is_some() => {}
+        Ok(_) => compactions.drop_held(shard),
+        Err(error) => experiments.compact_failed(&error),
+    }
 }
 
 impl Experiments {
-    /// One hash Redis did not write: counted, and put back.
-    /// (Not counted as failed: shed on a full background lane, counted as
-    /// shed; or never sent, after an earlier call of the flush failed.)
-    fn failed(&self, entry: &ExperimentEntry, error: &StorageError) {
-        self.put_back_unwritten(entry, error);
+    /// A compaction step that failed: counted and logged (throttled); the
+    /// next tick tries again (the script adds each chunk once).
+    fn compact_failed(&self, error: &StorageError) {
         if error.is_background_failure() {
-            self.io_failed("flush", error);
+            self.io_failed("compact", error);
         }
     }
 

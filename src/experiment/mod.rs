@@ -15,6 +15,7 @@
 //! Which outcome counts, and in which group, is the domain's rule
 //! (`domain::rollout::cell`); this engine counts what it is given.
 
+mod compact;
 mod cycle;
 pub mod days;
 mod tally;
@@ -42,6 +43,8 @@ pub struct Experiments {
     retention: Duration,
     metrics: Arc<Metrics>,
     tally: Tally,
+    /// Where each shard's log compaction stands, as this instance sees it.
+    compactions: compact::Compactions,
     /// Failed reads and writes: a line every 30 s at most.
     failure_log: LogThrottle,
 }
@@ -53,6 +56,7 @@ impl Experiments {
             retention,
             metrics,
             tally: Tally::new(tally::MAX_MERCHANTS),
+            compactions: compact::Compactions::new(),
             failure_log: LogThrottle::new(cycle::LOG_FAILURES_EVERY),
         }
     }
@@ -111,7 +115,7 @@ impl Experiments {
     /// Writes every tally now (the cycle does it every tick).
     #[cfg(test)]
     async fn flush_now(self: &Arc<Self>) {
-        cycle::flush(self).await;
+        cycle::flush(self, false).await;
     }
 }
 

@@ -38,9 +38,10 @@ pub(crate) use ops::{
 pub use scan::{HashContents, HashScanner, ScanError, ScannedHash};
 pub use settings::{REDIS_SETTINGS, RedisSetting, RedisSettings, RedisUrl, Secret, redact_url};
 pub use store::{
-    BreakerTransition, ConnectorHealthRow, ConnectorSnapshot, ConnectorTally, ExperimentCounts,
-    ExperimentEntry, IndexEntry, LogRead, LogRecord, MerchantTallies, PlannedTransition,
-    RedisStore, ShardLog, ShardTick, TimeTransition, TimedTransition, log_frames, probing,
-    read_log,
+    BreakerTransition, Compacted, ConnectorHealthRow, ConnectorSnapshot, ConnectorTally,
+    ExperimentAdding, ExperimentBatch, ExperimentCounts, ExperimentEntry, ExperimentLog,
+    IndexEntry, LogRead, LogRecord, MerchantTallies, PlannedTransition, RedisStore, ShardLog,
+    ShardTick, TimeTransition, TimedTransition, experiment_frame, experiment_unadded, log_frames,
+    probing, read_log,
 };
 pub use tls::{ClientCertFiles, TlsError, TlsFile, TlsFiles};

@@ -170,8 +170,9 @@ pub(super) const BREAKER_NEEDS: &[Need] = &[
 /// trip and never fails because of them), so a Redis user without these
 /// keeps serving and shows the refusals as
 /// `experiment_io_failures_total` and a warning; GetUplift answers
-/// UNAVAILABLE. experiment_flush.lua's script calls and what it calls, and
-/// GetUplift's HGETALL.
+/// UNAVAILABLE. The experiment log scripts' calls (experiment_append.lua,
+/// experiment_compact.lua, experiment_read.lua) and what they call, the
+/// compaction's LRANGE, and GetUplift's HGETALL.
 #[cfg(test)]
 pub(super) const EXPERIMENT_NEEDS: &[Need] = &[
     Need::on(
@@ -184,6 +185,13 @@ pub(super) const EXPERIMENT_NEEDS: &[Need] = &[
     Need::on("+hmget", EXPERIMENTS, &["HMGET", EXPERIMENT, "f"]),
     Need::on("+hincrby", EXPERIMENTS, &["HINCRBY", EXPERIMENT, "f", "1"]),
     Need::on("+pexpire", EXPERIMENTS, &["PEXPIRE", EXPERIMENT, "1"]),
+    Need::on("+rpush", EXPERIMENTS, &["RPUSH", EXPERIMENT, "f"]),
+    Need::on("+lrange", EXPERIMENTS, &["LRANGE", EXPERIMENT, "0", "1"]),
+    Need::on("+ltrim", EXPERIMENTS, &["LTRIM", EXPERIMENT, "0", "1"]),
+    Need::on("+llen", EXPERIMENTS, &["LLEN", EXPERIMENT]),
+    Need::on("+hset", EXPERIMENTS, &["HSET", EXPERIMENT, "f", "1"]),
+    Need::on("+hsetnx", EXPERIMENTS, &["HSETNX", EXPERIMENT, "f", "1"]),
+    Need::on("+hdel", EXPERIMENTS, &["HDEL", EXPERIMENT, "f"]),
 ];
 
 /// probe.lua's arguments: each need's word count, then its words.

@@ -30,6 +30,8 @@ use fred::prelude::{Error, ErrorKind, Server, Value};
 use fred::types::{ClusterHash, CustomCommand, InfoKind};
 use tokio::sync::{broadcast, mpsc};
 
+mod experiment_log;
+
 use super::error::ConnectError;
 use super::settings::RedisSettings;
 use super::topology::scan_client;

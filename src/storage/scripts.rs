@@ -138,9 +138,13 @@ pub struct Scripts {
     pub breaker_flush: LuaScript,
     pub breaker_transition: LuaScript,
     pub breaker_index: LuaScript,
-    /// The experiment counts' flush of one merchant's day
-    /// (`scripts/experiment_flush.lua`).
-    pub experiment_flush: LuaScript,
+    /// The experiment counts log's: one instance's tick of a shard
+    /// (`scripts/experiment_append.lua`), a chunk of its compaction into
+    /// the day hashes (`experiment_compact.lua`), GetUplift's read
+    /// (`experiment_read.lua`).
+    pub experiment_append: LuaScript,
+    pub experiment_compact: LuaScript,
+    pub experiment_read: LuaScript,
     /// The first three above, many calls per EVALSHA (bulk import only; see
     /// `scripts/batch.lua`).
     pub batch: Script,
@@ -212,9 +216,27 @@ impl Scripts {
                 RedisCommand::BreakerIndex,
                 include_str!("scripts/breaker_index.lua"),
             ),
-            experiment_flush: LuaScript::new(
+            // Where the log stands is shared Lua, put in front of the three.
+            experiment_append: LuaScript::new(
                 RedisCommand::ExperimentFlush,
-                include_str!("scripts/experiment_flush.lua"),
+                concat!(
+                    include_str!("scripts/experiment_log_state.lua"),
+                    include_str!("scripts/experiment_append.lua")
+                ),
+            ),
+            experiment_compact: LuaScript::new(
+                RedisCommand::ExperimentCompact,
+                concat!(
+                    include_str!("scripts/experiment_log_state.lua"),
+                    include_str!("scripts/experiment_compact.lua")
+                ),
+            ),
+            experiment_read: LuaScript::new(
+                RedisCommand::ExperimentRead,
+                concat!(
+                    include_str!("scripts/experiment_log_state.lua"),
+                    include_str!("scripts/experiment_read.lua")
+                ),
             ),
             batch: Script::from_lua(BATCH),
         }
@@ -231,7 +253,7 @@ impl Scripts {
         }
     }
 
-    pub fn all(&self) -> [&LuaScript; 8] {
+    pub fn all(&self) -> [&LuaScript; 10] {
         [
             &self.record_success,
             &self.record_failure,
@@ -240,7 +262,9 @@ impl Scripts {
             &self.breaker_flush,
             &self.breaker_transition,
             &self.breaker_index,
-            &self.experiment_flush,
+            &self.experiment_append,
+            &self.experiment_compact,
+            &self.experiment_read,
         ]
     }
 }

@@ -11,6 +11,7 @@
 //! so no caller can skip admission.
 
 mod breaker;
+mod bytes;
 mod experiment;
 
 use std::sync::{Arc, Mutex};
@@ -42,6 +43,13 @@ pub use breaker::{
     BreakerTransition, ConnectorHealthRow, ConnectorSnapshot, ConnectorTally, IndexEntry, LogRead,
     LogRecord, MerchantTallies, PlannedTransition, ShardLog, ShardTick, TimeTransition,
     TimedTransition, log_frames, probing, read_log,
+};
+pub use experiment::calls::Compacted;
+pub(crate) use experiment::fields_of as hash_fields;
+pub(crate) use experiment::log::log_state_of_meta;
+pub use experiment::log::{
+    Adding as ExperimentAdding, ExperimentBatch, ExperimentLog, log_frame as experiment_frame,
+    unadded as experiment_unadded,
 };
 pub use experiment::{ExperimentCounts, ExperimentEntry};
 

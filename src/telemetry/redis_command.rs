@@ -40,16 +40,22 @@ pub enum RedisCommand {
     /// GetConnectorHealth: HGETALL of the merchant's breaker counts and of
     /// the breaker index.
     BreakerHealth,
-    /// The experiment counts' background flush of one merchant's day:
-    /// experiment_flush.lua.
+    /// The experiment counts' background flush of one instance's tick of
+    /// a shard onto the shard's log: experiment_append.lua.
     ExperimentFlush,
-    /// GetUplift: HGETALL of each day's experiment hash.
+    /// GetUplift: the shard's log and the merchant's day hashes
+    /// (experiment_read.lua), and HGETALL of each day's hash of the layout
+    /// before the shards.
     ExperimentRead,
+    /// The experiment counts log's compaction: a read of a batch's frames
+    /// (LRANGE), and the adding of one of its chunks into the day hashes
+    /// (experiment_compact.lua).
+    ExperimentCompact,
 }
 
 impl RedisCommand {
     /// Every command, each at its own index.
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 15] = [
         Self::ReadCombos,
         Self::ReadHabits,
         Self::Forget,
@@ -64,6 +70,7 @@ impl RedisCommand {
         Self::BreakerHealth,
         Self::ExperimentFlush,
         Self::ExperimentRead,
+        Self::ExperimentCompact,
     ];
 
     pub fn label(self) -> &'static str {
@@ -82,6 +89,7 @@ impl RedisCommand {
             Self::BreakerHealth => "breaker_health",
             Self::ExperimentFlush => "experiment_flush",
             Self::ExperimentRead => "experiment_read",
+            Self::ExperimentCompact => "experiment_compact",
         }
     }
 }

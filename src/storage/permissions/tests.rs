@@ -37,8 +37,20 @@ const SCRIPTS: &[(&str, &str)] = &[
         include_str!("../scripts/breaker_index.lua"),
     ),
     (
-        "experiment_flush.lua",
-        include_str!("../scripts/experiment_flush.lua"),
+        "experiment_log_state.lua",
+        include_str!("../scripts/experiment_log_state.lua"),
+    ),
+    (
+        "experiment_append.lua",
+        include_str!("../scripts/experiment_append.lua"),
+    ),
+    (
+        "experiment_compact.lua",
+        include_str!("../scripts/experiment_compact.lua"),
+    ),
+    (
+        "experiment_read.lua",
+        include_str!("../scripts/experiment_read.lua"),
     ),
 ];
 

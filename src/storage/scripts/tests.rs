@@ -176,6 +176,7 @@ mod breaker_log;
 mod breaker_shard;
 mod counts;
 mod experiment;
+mod experiment_log;
 mod import_mark;
 
 /// A store and an inspection client on one Redis, driven from sync proptest.

@@ -53,9 +53,16 @@ impl Harness {
             .unwrap()
     }
 
-    /// Every experiment key in this Redis.
+    /// Every experiment day key in this Redis, after checking that each
+    /// of the logs' keys (`sticky_exp_l{S}`, `sticky_exp_m{S}`) that is
+    /// left has the retention as its TTL.
     fn experiment_keys(&self) -> Vec<String> {
-        self.keys_matching("sticky_exp_*")
+        let (logs, days): (Vec<String>, Vec<String>) = self
+            .keys_matching("sticky_exp_*")
+            .into_iter()
+            .partition(|key| keys::parse_experiment_log_key(key).is_some());
+        self.assert_retention_ttls(&logs);
+        days
     }
 
     /// Each of `keys` has [`RETENTION`] as its TTL, within the test's

@@ -12,6 +12,7 @@
 //! [`FRAME_BODY_MAX`] unless one merchant alone is larger, so a frame
 //! always fits in one read ([`READ_MOST`]).
 
+use super::super::bytes::{Cursor, put_bytes, put_u16};
 use crate::domain::breaker::Counts;
 use crate::domain::ids::MerchantId;
 use crate::domain::tenant::Tenant;
@@ -42,17 +43,6 @@ pub struct LogRead {
     pub records: Vec<LogRecord>,
     pub consumed: u64,
     pub unreadable: u64,
-}
-
-fn put_u16(out: &mut Vec<u8>, n: usize) {
-    out.extend_from_slice(&u16::try_from(n).unwrap_or(u16::MAX).to_le_bytes());
-}
-
-fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
-    // Every id this service keeps is far shorter than u16::MAX (64 bytes
-    // a tenant or connector, 128 a merchant).
-    put_u16(out, bytes.len());
-    out.extend_from_slice(bytes);
 }
 
 /// The frames of `merchants`' bucket counts; empty when none has any.
@@ -141,9 +131,9 @@ pub fn read_log(bytes: &[u8]) -> LogRead {
 /// One body's records into `records`; `None` (and none of them kept) when
 /// it is not a body this service writes.
 fn read_body(body: &[u8], records: &mut Vec<LogRecord>) -> Option<()> {
-    let mut cursor = Cursor { bytes: body, at: 0 };
+    let mut cursor = Cursor::new(body);
     let mut found = Vec::new();
-    while cursor.at < body.len() {
+    while !cursor.done() {
         let tenant = match cursor.text()? {
             "" => Tenant::DEFAULT,
             id => Tenant::parse(id).ok()?,
@@ -167,30 +157,6 @@ fn read_body(body: &[u8], records: &mut Vec<LogRecord>) -> Option<()> {
     }
     records.append(&mut found);
     Some(())
-}
-
-struct Cursor<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Cursor<'a> {
-    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
-        let bytes = self.bytes.get(self.at..self.at + N)?.try_into().ok()?;
-        self.at += N;
-        Some(bytes)
-    }
-
-    fn u16(&mut self) -> Option<u16> {
-        self.take().map(u16::from_le_bytes)
-    }
-
-    fn text(&mut self) -> Option<&'a str> {
-        let len = usize::from(self.u16()?);
-        let bytes = self.bytes.get(self.at..self.at + len)?;
-        self.at += len;
-        std::str::from_utf8(bytes).ok()
-    }
 }
 
 #[cfg(test)]
