@@ -74,6 +74,9 @@ pub struct Settings {
     /// each `sticky_exp_*` key, contract v1.2 §4); the rollout itself is in
     /// [`Rules::rollout`].
     pub experiment_retention: Duration,
+    /// How long the experiment's counts wait in their shard's log before a
+    /// batch of them is added into the daily hashes (`src/experiment/`).
+    pub experiment_batch_age: Duration,
     /// A connection older than this (±10 % per process) gets GOAWAY, so
     /// that clients reconnect and spread over pods added since.
     pub max_connection_age: Duration,

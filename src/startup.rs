@@ -138,6 +138,7 @@ impl Application {
         let experiments = Arc::new(Experiments::new(
             store.clone(),
             settings.experiment_retention,
+            settings.experiment_batch_age,
             metrics.clone(),
         ));
         let api = StickyRoutingService::new(

@@ -52,6 +52,7 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
     let breaker = breaker(&mut c);
     let rollout = rollout(&mut c, &mut per_merchant);
     let experiment_retention = c.value(&declared::EXPERIMENT_RETENTION);
+    let experiment_batch_age = c.value(&declared::EXPERIMENT_BATCH_AGE);
     let max_connection_age = c.value(&declared::MAX_CONNECTION_AGE);
     let max_connection_age_grace = c.value(&declared::MAX_CONNECTION_AGE_GRACE);
     let worker_threads = c.value(&declared::WORKER_THREADS);
@@ -84,6 +85,7 @@ pub(super) fn check(raw: RawValues) -> Result<Settings, ConfigError> {
             shares: shares?,
             breaker: breaker?,
             experiment_retention: experiment_retention?,
+            experiment_batch_age: experiment_batch_age?,
             max_connection_age: max_connection_age?,
             max_connection_age_grace: max_connection_age_grace?,
             worker_threads: worker_threads?,

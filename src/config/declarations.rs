@@ -102,6 +102,7 @@ settings! {
     HOLDOUT_FOR: HoldoutShare = About::new("holdout_", Unset(""), "per-merchant holdout share").per_merchant(), HoldoutShare::parse;
     EXPERIMENT_SALT: String = About::new("experiment_salt", Unset("empty"), "bytes hashed before the ids to draw the holdout;\na new salt draws a new holdout"), |t| Ok(t.to_owned());
     EXPERIMENT_RETENTION: Duration = About::new("experiment_retention", Text("35d"), "how long the experiment's daily counts are kept\nin Redis, at least 1d"), parse_retention;
+    EXPERIMENT_BATCH_AGE: Duration = About::new("experiment_batch_age", Text("60s"), "how long the experiment's counts wait in their\nshard's log in Redis before they are added into\nthe daily hashes: longer, fewer Redis writes and\na longer log; 1s to 1h"), parse_batch_age;
 }
 
 settings! {
@@ -145,6 +146,15 @@ fn parse_breaker_duration(text: &str) -> Result<Duration, String> {
 fn parse_retention(text: &str) -> Result<Duration, String> {
     match parse_whole_seconds(text)? {
         d if d < Duration::from_secs(86_400) => Err(format!("`{text}` is shorter than 1d")),
+        d => Ok(d),
+    }
+}
+
+/// How long a log's counts wait before they are added: 1 s to an hour.
+fn parse_batch_age(text: &str) -> Result<Duration, String> {
+    match parse_duration(text)? {
+        d if d < Duration::from_secs(1) => Err(format!("`{text}` is shorter than 1s")),
+        d if d > Duration::from_secs(3600) => Err(format!("`{text}` is longer than 1h")),
         d => Ok(d),
     }
 }
@@ -243,6 +253,15 @@ mod tests {
                     b.key
                 );
             }
+        }
+    }
+
+    #[test]
+    fn a_batch_age_is_a_second_to_an_hour() {
+        assert_eq!(parse_batch_age("60s"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_batch_age("1h"), Ok(Duration::from_secs(3600)));
+        for bad in ["500ms", "0", "61m", "soon"] {
+            assert!(parse_batch_age(bad).is_err(), "{bad}");
         }
     }
 

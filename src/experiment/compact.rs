@@ -1,6 +1,7 @@
 //! The experiment counts log's compaction, as each instance drives it
-//! (contract v1.2 §4): when a shard's oldest unbatched frame is
-//! [`BATCH_AGE`] old, or the log holds [`BATCH_FRAMES`] frames, one
+//! (contract v1.2 §4): when a shard's oldest unbatched frame is the batch
+//! age old (`experiment_batch_age`, a minute by default), or the log holds
+//! [`BATCH_FRAMES`] frames, one
 //! instance reads the log's first frames, adds them up per merchant-day
 //! and adds them into the day hashes, one chunk a tick
 //! (experiment_compact.lua). Every instance splits a batch the same way,
@@ -26,14 +27,12 @@ use std::time::{Duration, Instant};
 use crate::domain::shards::{SHARDS, Shard};
 use crate::storage::{ExperimentAdding, ExperimentBatch, ExperimentEntry, ExperimentLog};
 
-/// A shard's unbatched frames wait this long before a batch of them is
-/// added (plus up to [`BEGIN_SPREAD`], so instances rarely race).
-pub const BATCH_AGE: Duration = Duration::from_secs(60);
 /// A batch begins at once when the log holds this many frames; a batch
 /// holds at most this many.
 pub const BATCH_FRAMES: u64 = 1024;
-/// The spread of when each instance begins a due batch.
-const BEGIN_SPREAD: Duration = Duration::from_secs(10);
+/// The spread of when each instance begins a due batch, as a share of the
+/// batch age: a sixth (10 s of a minute), so instances rarely race.
+const BEGIN_SPREAD: u32 = 6;
 /// An instance that did not begin a batch takes it over when it has not
 /// moved for this long.
 const TAKE_OVER_AFTER: Duration = Duration::from_secs(5);
@@ -61,8 +60,9 @@ pub enum Step {
 /// One instance's view of each shard's compaction.
 pub struct Compactions {
     shards: Vec<Mutex<ShardView>>,
-    /// Per shard, how long past [`BATCH_AGE`] this instance waits.
-    spread: Vec<Duration>,
+    /// Per shard, how long a frame waits before this instance begins a
+    /// batch: the batch age, and up to a sixth more.
+    wait: Vec<Duration>,
 }
 
 #[derive(Default)]
@@ -73,6 +73,8 @@ struct ShardView {
     batch: Option<Held>,
     /// The batch under way as last seen, and since when it stood there.
     seen: Option<(u64, ExperimentAdding, Instant)>,
+    /// When the unbatched frames last seen are due for a batch.
+    due: Option<Instant>,
 }
 
 struct Held {
@@ -84,17 +86,16 @@ struct Held {
 }
 
 impl Compactions {
-    pub fn new() -> Self {
+    /// Frames wait `batch_age` (and up to a sixth more) before a batch.
+    pub fn new(batch_age: Duration) -> Self {
         let random = RandomState::new();
-        let spread = (0..SHARDS)
-            .map(|shard| {
-                let ms = random.hash_one(shard) % (BEGIN_SPREAD.as_millis() as u64).max(1);
-                Duration::from_millis(ms)
-            })
+        let spread = u64::try_from((batch_age / BEGIN_SPREAD).as_millis()).unwrap_or(u64::MAX);
+        let wait = (0..SHARDS)
+            .map(|shard| batch_age + Duration::from_millis(random.hash_one(shard) % spread.max(1)))
             .collect();
         Self {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-            spread,
+            wait,
         }
     }
 
@@ -111,6 +112,7 @@ impl Compactions {
         let view = self.view(shard);
         view.batch.is_some()
             || view.seen.is_some()
+            || view.due.is_some_and(|due| due <= now)
             || view
                 .asked
                 .is_none_or(|at| now.duration_since(at) >= ASK_EVERY)
@@ -142,10 +144,15 @@ impl Compactions {
         }
         view.seen = None;
         view.batch = None;
-        let wait = BATCH_AGE + self.spread[shard.index()];
-        let aged = state.since.is_some_and(|since| {
-            now_ms.saturating_sub(since) >= i64::try_from(wait.as_millis()).unwrap_or(i64::MAX)
-        });
+        let wait = self.wait[shard.index()];
+        let age = state
+            .since
+            .map(|since| Duration::from_millis(u64::try_from(now_ms - since).unwrap_or(0)));
+        view.due = match age {
+            Some(age) if state.frames > 0 => Some(now + wait.saturating_sub(age)),
+            _ => None,
+        };
+        let aged = age.is_some_and(|age| age >= wait);
         if state.frames > 0 && (aged || state.frames >= BATCH_FRAMES) {
             return Step::Begin {
                 batch: state.batch + 1,
@@ -197,12 +204,6 @@ impl Compactions {
     }
 }
 
-impl Default for Compactions {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,9 +223,9 @@ mod tests {
 
     #[test]
     fn a_batch_begins_when_its_oldest_frame_is_due_or_the_log_is_long() {
-        let c = Compactions::new();
+        let c = Compactions::new(Duration::from_secs(60));
         let now = Instant::now();
-        let due = i64::try_from((BATCH_AGE + BEGIN_SPREAD).as_millis()).unwrap();
+        let due = 70_000;
         let at = 1_000_000_000;
         assert_eq!(
             c.plan(shard(), &state(0, None, None), now, at),
@@ -234,6 +235,10 @@ mod tests {
             c.plan(shard(), &state(5, Some(at - 1000), None), now, at),
             Step::Nothing
         );
+        // Nothing to push meanwhile: the log is asked about again once due
+        // (59 to 69 s on), not only every ASK_EVERY.
+        assert!(!c.wants_to_ask(shard(), now + Duration::from_secs(1)));
+        assert!(c.wants_to_ask(shard(), now + Duration::from_secs(70)));
         assert_eq!(
             c.plan(shard(), &state(5, Some(at - due), None), now, at),
             Step::Begin {
@@ -252,7 +257,7 @@ mod tests {
 
     #[test]
     fn a_batch_under_way_is_driven_by_its_instance_and_taken_over_when_it_stands() {
-        let c = Compactions::new();
+        let c = Compactions::new(Duration::from_secs(60));
         let start = Instant::now();
         let adding = ExperimentAdding {
             frames: 3,
@@ -282,7 +287,7 @@ mod tests {
         );
 
         // This instance's own batch: driven every tick.
-        let c = Compactions::new();
+        let c = Compactions::new(Duration::from_secs(60));
         c.hold(shard(), 4, 3, ExperimentBatch::default());
         c.drive_held(shard());
         assert_eq!(

@@ -50,13 +50,18 @@ pub struct Experiments {
 }
 
 impl Experiments {
-    pub fn new(store: RedisStore, retention: Duration, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        store: RedisStore,
+        retention: Duration,
+        batch_age: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Self {
             store,
             retention,
             metrics,
             tally: Tally::new(tally::MAX_MERCHANTS),
-            compactions: compact::Compactions::new(),
+            compactions: compact::Compactions::new(batch_age),
             failure_log: LogThrottle::new(cycle::LOG_FAILURES_EVERY),
         }
     }
@@ -259,6 +264,7 @@ mod tests {
             let engine = Arc::new(Experiments::new(
                 store.clone(),
                 Duration::from_secs(3_600),
+                Duration::from_secs(1),
                 metrics.clone(),
             ));
             let m = MerchantId::parse("m_1").unwrap();
@@ -319,6 +325,25 @@ mod tests {
                 ),
                 "{text}"
             );
+
+            // A second on (the batch age), the ticks add the log into the
+            // hashes; every read on the way counts the same.
+            let shard = crate::domain::shards::shard_of(d, &m);
+            let before = engine.uplift(d, &m, 1, deadline()).await.unwrap();
+            let started = Instant::now();
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                engine.flush_now().await;
+                assert_eq!(engine.uplift(d, &m, 1, deadline()).await.unwrap(), before);
+                let state = store
+                    .append_experiment(shard, None, Duration::from_secs(3_600), 1, deadline())
+                    .await
+                    .unwrap();
+                if state.frames == 0 && state.batch > 0 {
+                    break;
+                }
+                assert!(started.elapsed() < Duration::from_secs(10), "{state:?}");
+            }
             store.quit().await;
         });
     }

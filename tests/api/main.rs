@@ -19,6 +19,7 @@ mod concurrency;
 mod connections;
 mod exactly_once;
 mod experiment;
+mod experiment_log;
 mod export;
 mod failover;
 mod faults;

@@ -11,6 +11,8 @@ use tonic::{Request, Status};
 
 use sticky_routing::transport::pb;
 
+use crate::support::eventually;
+
 use crate::support::{Topology, outcome, spawn_app_on, spawn_app_with};
 
 /// `message` with `x-tenant-id: tenant` (none for `None`).
@@ -234,19 +236,6 @@ async fn each_tenants_merchant_has_its_own_budget() {
             "sticky_adm_m1"
         ]
     );
-}
-
-/// Polls `probe` every 50 ms until it holds; panics after `within`.
-async fn eventually<F, Fut>(within: std::time::Duration, what: &str, mut probe: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let start = std::time::Instant::now();
-    while !probe().await {
-        assert!(start.elapsed() < within, "{what}: not within {within:?}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
 }
 
 /// Breakers are per (tenant, merchant, connector): failures that trip

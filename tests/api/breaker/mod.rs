@@ -113,22 +113,6 @@ fn vetoes(pin: &pb::GetPinResponse) -> Vec<(&str, i32)> {
         .collect()
 }
 
-/// Polls `probe` every 50 ms until it holds; panics after `within`.
-async fn eventually<F, Fut>(within: Duration, what: &str, mut probe: F) -> Duration
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let start = Instant::now();
-    loop {
-        if probe().await {
-            return start.elapsed();
-        }
-        assert!(start.elapsed() < within, "{what}: not within {within:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 async fn state_is(app: &TestApp, connector: &str, state: i32) -> bool {
     connector_health(app, connector)
         .await

@@ -12,6 +12,7 @@ pub mod export_rows;
 pub mod frames;
 pub mod held_calls;
 pub mod load;
+pub mod peer;
 pub mod race;
 pub mod replay;
 pub mod replay_model;
@@ -692,6 +693,23 @@ pub async fn health_status(health: &HealthClient<Channel>, service: &str) -> i32
         .check(request)
         .await
         .map_or(-1, |r| r.into_inner().status)
+}
+
+/// Polls `probe` every 50 ms until it holds, and says how long that
+/// took; panics after `within`.
+pub async fn eventually<F, Fut>(within: Duration, what: &str, mut probe: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    loop {
+        if probe().await {
+            return start.elapsed();
+        }
+        assert!(start.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Waits up to 10 s until the API's readiness is SERVING (or not).
