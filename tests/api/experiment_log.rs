@@ -21,7 +21,7 @@ const MERCHANTS: usize = 12_000;
 /// Merchant `i`'s treated outcomes: a success, and for every tenth a
 /// failure too (recorded on the other instance).
 fn expected(i: usize) -> u64 {
-    1 + u64::from(i % 10 == 0)
+    1 + u64::from(i.is_multiple_of(10))
 }
 
 async fn treated(api: &StickyRoutingClient<Channel>, i: usize) -> u64 {
@@ -79,7 +79,7 @@ async fn two_instances_count_each_outcome_once_while_the_log_is_added(#[case] to
     // the peer, at once.
     tokio::join!(
         record_all(app.api.clone(), |_| true, true),
-        record_all(peer.api.clone(), |i| i % 10 == 0, false),
+        record_all(peer.api.clone(), |i| i.is_multiple_of(10), false),
     );
     let sample: Vec<usize> = (0..MERCHANTS).step_by(97).collect();
     // Visible within 2 s of the answers...
