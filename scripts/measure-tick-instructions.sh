@@ -12,7 +12,9 @@
 #   scripts/measure-tick-instructions.sh          # the working tree's scripts
 #   scripts/measure-tick-instructions.sh d529d74  # another commit's
 #   scripts/measure-tick-instructions.sh --experiment [COMMIT]  # the
-#       experiment counts' script, per merchant-day
+#       experiment counts, per outcome: the counts log's pushes and its
+#       batch added (bench/tick/experiment_log_instructions.py), or, at a
+#       commit before the log, the flush script per merchant-day
 #       (bench/tick/experiment_instructions.py)
 #   scripts/measure-tick-instructions.sh --floors # what a count costs at
 #       the least: a HINCRBY per count in a script, or the counts appended
@@ -31,10 +33,14 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 scripts=src/storage/scripts
-for name in breaker_common breaker_flush experiment_flush; do
+# Each script as of $rev (or the tree); a script $rev does not have is
+# left out (the experiment's before and after its counts log).
+for name in breaker_common breaker_flush experiment_flush experiment_log_state \
+    experiment_append experiment_compact; do
     if [ -n "$rev" ]; then
-        git show "$rev:$scripts/$name.lua" > "$work/$name.lua"
-    else
+        git show "$rev:$scripts/$name.lua" > "$work/$name.lua" 2> /dev/null \
+            || rm -f "$work/$name.lua"
+    elif [ -f "$scripts/$name.lua" ]; then
         cp "$scripts/$name.lua" "$work/$name.lua"
     fi
 done
@@ -64,6 +70,18 @@ if $floors; then
         got=$(run "$way" python3 bench/tick/floors.py "$port" "$way")
         echo "$way: $(( (got - none) / entries )) instructions per count over a call that does nothing"
     done
+    exit 0
+fi
+if $experiment && [ -f "$work/experiment_append.lua" ]; then
+    # The counts log: each tick pushed as bytes, the batch added once.
+    cat "$work/experiment_log_state.lua" "$work/experiment_append.lua" > "$work/append.lua"
+    cat "$work/experiment_log_state.lua" "$work/experiment_compact.lua" > "$work/compact.lua"
+    full=$(run full python3 bench/tick/experiment_log_instructions.py "$port" \
+        "$work/append.lua" "$work/compact.lua")
+    outcomes=$(awk '{print $3}' "$work/full.txt")
+    echo "experiment counts log${rev:+ at $rev}, per outcome counted ($outcomes):" \
+         "$(( full / outcomes )) instructions in all (the server's start, the pushes" \
+         "and the batch's adding included)"
     exit 0
 fi
 if $experiment; then

@@ -6,12 +6,13 @@
 //!
 //! The tenant is `--tenant`'s, else the default one. The default tenant's
 //! SCAN pattern, `sticky_exp_*`, matches every tenant's keys: a key counts
-//! for the tenant [`parse_experiment_key`] reads in it, and another
+//! for the tenant `domain::keys::parse_experiment_key` reads in it, and another
 //! tenant's key is passed over without a word.
 //!
 //! It loads the settings as the server does and reads Redis as `export`
 //! does (SCAN of `sticky_exp_*` on every primary, HGETALL of each key
-//! found), so `deploy/redis-acl-export.txt`'s read-only user runs it. The
+//! found, and the shards' counts logs: [`read`]), so
+//! `deploy/redis-acl-export.txt`'s read-only user runs it. The
 //! days are the last N UTC days including today, as GetUplift's; a key
 //! of another day is skipped. Without `--merchant` it reports every
 //! merchant with counts in those days; with it, that merchant, with zeros

@@ -7,10 +7,13 @@
 //!
 //! Kept in two tiers, as the circuit breaker's counts are: tier 1 is this
 //! process's memory ([`tally`]), where RecordOutcome adds its outcome
-//! without a Redis round trip; tier 2 is Redis, one hash per (tenant,
-//! merchant) and UTC day (`sticky_exp_*`), where every instance's counts meet. One
-//! background task ([`cycle`]) moves the tallies into Redis every
-//! [`cycle::TICK`], and once more when the service stops.
+//! without a Redis round trip; tier 2 is Redis, where every instance's
+//! counts meet: each shard's counts log (`sticky_exp_l{S}`), then one hash
+//! per (tenant, merchant) and UTC day (`sticky_exp_*`). One background
+//! task ([`cycle`]) pushes the tallies onto the logs every
+//! [`cycle::TICK`], and once more when the service stops, and adds the
+//! logs into the hashes a batch at a time ([`compact`]); GetUplift reads
+//! both.
 //!
 //! Which outcome counts, and in which group, is the domain's rule
 //! (`domain::rollout::cell`); this engine counts what it is given.
