@@ -10,11 +10,18 @@
 -- ARGV[2] the retention in ms: both keys' TTL, renewed by every push
 -- ARGV[3] now, Unix ms: the frame's time, if it is the oldest unbatched
 -- Returns log_state(), or -2 with nothing written when the service's
--- Redis user may not PEXPIRE the keys (they would be left without a TTL).
+-- Redis user may not run one of the writes (a key would be left without
+-- its TTL, or a push half made).
 local log, meta = KEYS[1], KEYS[2]
 local frame, retention = ARGV[1], ARGV[2]
 if frame ~= '' then
-  if redis.acl_check_cmd and not redis.acl_check_cmd('PEXPIRE', log, retention) then
+  -- Every write is checked before the first: a refusal half way would
+  -- leave a frame pushed that the service counts as never sent.
+  if redis.acl_check_cmd and not (
+      redis.acl_check_cmd('RPUSH', log, frame)
+      and redis.acl_check_cmd('PEXPIRE', log, retention)
+      and redis.acl_check_cmd('HSETNX', meta, 'since', ARGV[3])
+      and redis.acl_check_cmd('PEXPIRE', meta, retention)) then
     return -2
   end
   redis.call('RPUSH', log, frame)

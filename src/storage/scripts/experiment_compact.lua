@@ -19,8 +19,8 @@
 -- Returns {answer, log_state()..., then per hash 1, or -1 (nothing of it
 -- written) when a stored value of a given field is not a whole number}.
 -- answer 1: added; 0: not this chunk's turn (added already, or another
--- batch), nothing written; -2: the service's Redis user may not PEXPIRE
--- the keys, nothing written.
+-- batch), nothing written; -2: the service's Redis user may not run one
+-- of the writes, nothing written.
 local log, meta = KEYS[1], KEYS[2]
 local batch, frames = tonumber(ARGV[1]), tonumber(ARGV[2])
 local chunks, chunk = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -44,9 +44,19 @@ else
     and redis.call('LLEN', log) >= frames
 end
 if not turn then return answer(0) end
--- Checked before anything is written: no PEXPIRE below may fail.
-if redis.acl_check_cmd and not redis.acl_check_cmd('PEXPIRE', meta, retention) then
-  return answer(-2)
+-- Every kind of write is checked before the first: a refusal after the
+-- batch moved on, or before its frames were dropped, would add a chunk
+-- twice. (The day hashes share one key pattern; the first stands for all.)
+if redis.acl_check_cmd then
+  local hash = KEYS[3] or meta
+  local allowed = redis.acl_check_cmd('HSET', meta, 'batch', '1')
+    and redis.acl_check_cmd('HDEL', meta, 'frames')
+    and redis.acl_check_cmd('LTRIM', log, '0', '-1')
+    and redis.acl_check_cmd('PEXPIRE', meta, retention)
+    and redis.acl_check_cmd('HMGET', hash, 'f')
+    and redis.acl_check_cmd('HINCRBY', hash, 'f', '1')
+    and redis.acl_check_cmd('PEXPIRE', hash, retention)
+  if not allowed then return answer(-2) end
 end
 
 -- The batch moves on first: a refusal of this first write (OOM) leaves

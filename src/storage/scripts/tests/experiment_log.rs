@@ -209,3 +209,54 @@ fn a_foreign_hash_is_passed_over_and_the_chunk_still_moves_on() {
     }
     assert_eq!(h.push(shard, &[]).frames, 0);
 }
+
+/// A user that may push but not run one of the compaction's writes: the
+/// chunk is refused whole, nothing written, so it is never added twice
+/// (a refusal of `LTRIM` after the batch moved on would add it again).
+#[test]
+fn a_chunk_the_user_may_not_write_whole_is_refused_with_nothing_written() {
+    let h = Harness::new();
+    let shard = Shard::all().nth(7).unwrap();
+    let entries = merchants_of(shard, 3);
+    h.push(shard, &entries);
+    for revoked in ["-ltrim", "-hdel", "-hincrby"] {
+        test_support::redis_server::redis_cli(
+            h._redis.port,
+            &["ACL", "SETUSER", SERVICE_USER, revoked],
+        );
+        let refused =
+            h.runtime
+                .block_on(h.store.compact_experiment_log(shard, RETENTION, deadline()));
+        assert!(
+            matches!(
+                refused,
+                Err(StorageError::Unavailable {
+                    why: crate::storage::NotApplied::Permission,
+                    ..
+                })
+            ),
+            "{revoked}: {refused:?}"
+        );
+        let state = h.push(shard, &[]);
+        assert_eq!(
+            (state.frames, state.batch, state.adding),
+            (1, 0, None),
+            "{revoked}"
+        );
+        let grant = format!("+{}", &revoked[1..]);
+        test_support::redis_server::redis_cli(
+            h._redis.port,
+            &["ACL", "SETUSER", SERVICE_USER, &grant],
+        );
+    }
+    assert!(
+        h.keys_matching("sticky_exp_{*").is_empty(),
+        "no day hash written"
+    );
+    // Granted again: added once.
+    h.runtime
+        .block_on(h.store.compact_experiment_log(shard, RETENTION, deadline()))
+        .unwrap();
+    assert_eq!(h.read_all(&entries), vec![1, 1, 1]);
+    assert_eq!(h.push(shard, &[]).frames, 0);
+}

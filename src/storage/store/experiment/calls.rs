@@ -41,8 +41,9 @@ fn millis(retention: Duration) -> String {
 fn permission() -> StorageError {
     StorageError::Unavailable {
         why: NotApplied::Permission,
-        detail: "the Redis user may not run PEXPIRE on the experiment keys (needs +pexpire on \
-                 ~sticky_exp_*), so the script wrote nothing"
+        detail: "the Redis user may not run one of the experiment log's writes on \
+                 ~sticky_exp_* (it needs +rpush +pexpire +hsetnx +hset +hdel +ltrim +hmget \
+                 +hincrby, deploy/redis-acl.txt), so the script wrote nothing"
             .into(),
     }
 }
