@@ -164,18 +164,13 @@ pub(super) async fn tick(breakers: &Arc<Breakers>) {
 }
 
 /// `work` on the runtime's blocking pool, one piece of the tick's work at
-/// a time (16 shards folding at once took 16 threads, and left the
-/// runtime's workers a sixteenth of the CPU each while they ran); `None`
-/// if it could not finish (the runtime shutting down).
+/// a time (`process::off_the_workers`).
 async fn off_the_workers<T: Send + 'static>(
     breakers: &Arc<Breakers>,
     work: impl FnOnce(&Breakers) -> T + Send + 'static,
 ) -> Option<T> {
-    let _turn = breakers.tick_cpu.acquire().await.ok()?;
-    let breakers = breakers.clone();
-    tokio::task::spawn_blocking(move || work(&breakers))
-        .await
-        .ok()
+    let held = breakers.clone();
+    crate::process::off_the_workers(&breakers.tick_cpu, move || work(&held)).await
 }
 
 /// A breaker's ids as one key: tenant, merchant and connector, each ended

@@ -152,7 +152,15 @@ async fn compact(
                 Ok(_) => return, // trimmed meanwhile: the next tick asks again
                 Err(error) => return experiments.compact_failed(&error),
             };
-            let batch = ExperimentBatch::of(&read);
+            // Up to BATCH_FRAMES frames to read and add up: on the blocking
+            // pool, not a worker that calls wait behind.
+            let Some(batch) = crate::process::off_the_workers(&experiments.batch_cpu, move || {
+                ExperimentBatch::of(&read)
+            })
+            .await
+            else {
+                return;
+            };
             if batch.unreadable > 0 {
                 experiments
                     .metrics

@@ -48,6 +48,8 @@ pub struct Experiments {
     tally: Tally,
     /// Where each shard's log compaction stands, as this instance sees it.
     compactions: compact::Compactions,
+    /// One batch added up at a time, off the runtime's workers.
+    batch_cpu: tokio::sync::Semaphore,
     /// Failed reads and writes: a line every 30 s at most.
     failure_log: LogThrottle,
 }
@@ -65,6 +67,7 @@ impl Experiments {
             metrics,
             tally: Tally::new(tally::MAX_MERCHANTS),
             compactions: compact::Compactions::new(batch_age),
+            batch_cpu: tokio::sync::Semaphore::new(1),
             failure_log: LogThrottle::new(cycle::LOG_FAILURES_EVERY),
         }
     }

@@ -190,10 +190,21 @@ impl RedisStore {
             return Err(odd());
         }
         // A frame this service did not write is passed over here; the
-        // compaction counts it.
-        let (tail, _) = log::unadded(&frames, state.adding, |entry| {
-            entry.tenant == *tenant && entry.merchant == *merchant && days.contains(&entry.day)
-        });
+        // compaction counts it. The log is about a minute of every
+        // instance's pushes: read on the blocking pool, not on a worker
+        // that other calls wait behind.
+        let (tenant, merchant, wanted) = (tenant.clone(), merchant.clone(), days.to_vec());
+        let (tail, _) = tokio::task::spawn_blocking(move || {
+            log::unadded(&frames, state.adding, |entry| {
+                entry.tenant == tenant && entry.merchant == merchant && wanted.contains(&entry.day)
+            })
+        })
+        .await
+        .map_err(|error| {
+            StorageError::Unexpected(format!(
+                "reading the experiment log did not finish: {error}"
+            ))
+        })?;
         for entry in tail {
             if let Some(at) = days.iter().position(|&d| d == entry.day) {
                 read[at].add(&entry.counts);
