@@ -59,9 +59,9 @@ pub struct PlatformArgs {
     pub platform_rounds: usize,
     /// The bound on the service's background Redis calls per second (one
     /// instance), checked at every merchant count: the service's own, 16
-    /// shards x (4 tick calls + 1 transition call + 4 experiment calls)
-    /// per 500 ms tick.
-    #[arg(long, default_value_t = 288.0)]
+    /// shards x (4 tick calls + 1 transition call + 3 experiment calls:
+    /// a push, a batch read, a chunk) per 500 ms tick.
+    #[arg(long, default_value_t = 256.0)]
     pub max_background_rate: f64,
     /// The background rates at the fewest and the most merchants are of
     /// the same order when the larger is at most this many times the
@@ -204,12 +204,13 @@ pub async fn platform(mut spec: PlatformSpec) -> Result<PlatformStudy, BoxError>
             )
             .await?;
     }
-    probe.quit().await;
     let mut runs = Vec::new();
     for plan in &plans {
         eprintln!("platform: {} (round {})", plan.name(), plan.round);
+        probe.clear_background_state().await?;
         runs.push(measure(&spec, plan, &url, redis.child.id()).await?);
     }
+    probe.quit().await;
     drop(redis);
     let a = &spec.args;
     let setup = format!(

@@ -109,6 +109,33 @@ impl RedisProbe {
         Ok(())
     }
 
+    /// Deletes what the previous run's service left for another instance
+    /// to finish: the breaker's and the experiment's counts logs and the
+    /// experiment log's state. Else the next run's service would fold or
+    /// add them, and pay for its predecessor's work (a baseline with the
+    /// breaker and the experiment off would add the previous run's last
+    /// minute of experiment counts). KEYS, once between runs: the bench's
+    /// own Redis, never a service's.
+    pub async fn clear_background_state(&self) -> Result<(), BoxError> {
+        for pattern in ["sticky_brk_l{*", "sticky_exp_l{*", "sticky_exp_m{*"] {
+            let found: Vec<String> = self
+                .client
+                .custom(
+                    fred::types::CustomCommand::new_static(
+                        "KEYS",
+                        fred::types::ClusterHash::Random,
+                        false,
+                    ),
+                    vec![pattern],
+                )
+                .await?;
+            for key in found {
+                self.client.del::<(), _>(key).await?;
+            }
+        }
+        Ok(())
+    }
+
     /// Writes `customers` hashes of `combos` fields each, with a TTL, in the
     /// service's key and field encoding; returns `used_memory` growth per
     /// customer.

@@ -90,7 +90,7 @@ const HOT_SPEC: HotSpec<'static> = HotSpec {
                  command: read_combos, read_habits, forget, record_success, \
                  record_failure, admit, ping, permission_probe, breaker_flush, \
                  breaker_transition, breaker_index, breaker_health, experiment_flush, \
-                 experiment_read",
+                 experiment_read, experiment_compact",
     redis_buckets: REDIS_LATENCY_BUCKETS,
     pins_help: "GetPin answers by outcome: pinned, no_habit, invalid, error",
     writes_help: "RecordOutcome answers by outcome: applied, no_habit, not_admitted, invalid, error",
@@ -243,7 +243,8 @@ impl Metrics {
                     "Script calls that Redis answered NOSCRIPT (it forgot the script: a \
                      restart, a failover, SCRIPT FLUSH) and that were sent again as EVAL, by \
                      script: record_success, record_failure, admit, permission_probe, \
-                     breaker_flush, breaker_transition, breaker_index, experiment_flush",
+                     breaker_flush, breaker_transition, breaker_index, experiment_flush, \
+                     experiment_compact, experiment_read",
                 )
                 .build(),
             background_shed: meter
