@@ -1,7 +1,8 @@
 //! Real gRPC clients across many connection retirements (issue 42): ghz
 //! (grpc-go) and grpcio (gRPC C-core), each over one connection at a time
 //! with an age of 1 s, for at least 60 retirements while every Redis reply
-//! comes 2 ms late through the fault proxy: not one call fails, and
+//! comes 2 ms late through the fault proxy: not one call fails (but for
+//! grpc-go's own rare client-side race, below, which applies nothing), and
 //! RecordOutcome's count in Redis equals the calls answered OK. Each test
 //! skips, saying so, where its client is absent (ghz: `$GHZ`, on PATH, or
 //! in `shared/tools/bin` beside the repository; grpcio: `python3 -c
@@ -137,11 +138,30 @@ async fn ghz_over_one_connection_loses_no_call_across_60_retirements() {
     });
     let codes = &report["statusCodeDistribution"];
     let ok = codes["OK"].as_u64().unwrap_or(0);
+    // ghz's grpc-go (1.56.3) still races picking a connection against that
+    // connection's GOAWAY now and then (grpc-go #2767, #3686: "still
+    // technically possible ... extremely unlikely"), and answers such a
+    // call UNAVAILABLE, "the connection is draining", without sending it
+    // or after the server refused it unprocessed. CI saw 2 of 44,954. Such
+    // a call applied nothing (Redis's count below equals the OK calls),
+    // and any other failure fails the test.
+    let errors = report["errorDistribution"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let draining = errors
+        .iter()
+        .filter(|(what, _)| what.ends_with("the connection is draining"))
+        .map(|(_, n)| n.as_u64().unwrap_or(0))
+        .sum::<u64>();
     assert_eq!(
         report["count"].as_u64(),
-        Some(ok),
-        "calls failed: {codes} {}",
-        report["errorDistribution"]
+        Some(ok + draining),
+        "calls failed: {codes} {errors:?}"
+    );
+    assert!(
+        draining <= 10,
+        "{draining} calls refused as draining: {errors:?}"
     );
     let retired = connections.load(Ordering::Relaxed) - 1;
     assert!(retired >= RETIREMENTS, "{retired} retirements");
