@@ -10,7 +10,7 @@ use test_support::redis_server::{
 use tokio_util::task::TaskTracker;
 
 use super::*;
-use crate::storage::{ExperimentBatch, ExperimentEntry, RedisSettings, RedisStore, Secret};
+use crate::storage::{ExperimentEntry, RedisSettings, RedisStore, Secret};
 use crate::telemetry::Metrics;
 
 const DAY: u32 = 20261207;
@@ -30,43 +30,6 @@ fn settings(redis: &RedisServer) -> RedisSettings {
 
 fn deadline() -> Instant {
     Instant::now() + Duration::from_secs(5)
-}
-
-/// One step of `shard`'s compaction, as an instance takes it; whether the
-/// log had anything left to add.
-async fn step(store: &RedisStore, shard: Shard) -> bool {
-    let state = store
-        .append_experiment(shard, None, RETENTION, 1, deadline())
-        .await
-        .unwrap();
-    let (number, frames, chunk) = match state.adding {
-        Some(adding) => (state.batch, adding.frames, adding.next),
-        None if state.frames > 0 => (state.batch + 1, state.frames, 0),
-        None => return false,
-    };
-    let read = store
-        .read_experiment_batch(shard, frames, deadline())
-        .await
-        .unwrap();
-    let batch = ExperimentBatch::of(&read);
-    let chunks = batch.chunks.len() as u64;
-    let entries = &batch.chunks[chunk as usize];
-    let done = store
-        .compact_experiment(
-            shard,
-            number,
-            frames,
-            chunks,
-            chunk,
-            entries,
-            RETENTION,
-            1,
-            deadline(),
-        )
-        .await
-        .unwrap();
-    assert!(done.added);
-    true
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -130,7 +93,11 @@ async fn every_report_counts_each_outcome_once_while_batches_are_added() {
             loop {
                 let mut any = false;
                 for shard in Shard::all() {
-                    any |= step(&store, shard).await;
+                    any |= store
+                        .compact_experiment_step(shard, RETENTION, deadline())
+                        .await
+                        .unwrap()
+                        .is_some();
                     tokio::time::sleep(Duration::from_millis(2)).await;
                 }
                 if !any {

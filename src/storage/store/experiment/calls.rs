@@ -17,6 +17,7 @@ use super::{ExperimentEntry, foreign, state_of};
 use crate::domain::keys::{self, EXPERIMENT_FIELDS, ExperimentKey};
 use crate::domain::shards::{Shard, shard_of};
 use crate::storage::error::{NotApplied, StorageError};
+use crate::storage::scripts::LuaScript;
 use crate::telemetry::RedisCommand;
 
 /// What one compaction call did.
@@ -71,19 +72,31 @@ impl RedisStore {
             Value::from(now_ms.to_string()),
         ];
         let script = &self.exec.scripts.experiment_append;
-        let (keys_ref, args, metrics) = (&key_list[..], &args[..], &*self.exec.metrics);
-        let reply: Vec<i64> = self
-            .exec
-            .on_key_background(script.command, &log, deadline, |client| async move {
-                script.run_keys(&client, keys_ref, args, metrics).await
-            })
-            .await?;
+        let reply = self.log_script(script, &key_list, &args, deadline).await?;
         if reply == [-2] {
             let error = permission();
             self.exec.note_refusal(&log, &error);
             return Err(error);
         }
         state_of(&reply)
+    }
+
+    /// Runs one of the log's write scripts on the background lane of its
+    /// shard (`keys[0]`, the log, routes it): its numbers.
+    async fn log_script(
+        &self,
+        script: &LuaScript,
+        keys: &[&str],
+        args: &[Value],
+        deadline: Instant,
+    ) -> Result<Vec<i64>, StorageError> {
+        let metrics = &*self.exec.metrics;
+        let route = keys.first().copied().unwrap_or_default();
+        self.exec
+            .on_key_background(script.command, route, deadline, |client| async move {
+                script.run_keys(&client, keys, args, metrics).await
+            })
+            .await
     }
 
     /// The first `frames` frames of `shard`'s log: a batch to add.
@@ -160,13 +173,7 @@ impl RedisStore {
             }
         }
         let script = &self.exec.scripts.experiment_compact;
-        let (keys_ref, args, metrics) = (&key_list[..], &args[..], &*self.exec.metrics);
-        let reply: Vec<i64> = self
-            .exec
-            .on_key_background(script.command, &log, deadline, |client| async move {
-                script.run_keys(&client, keys_ref, args, metrics).await
-            })
-            .await?;
+        let reply = self.log_script(script, &key_list, &args, deadline).await?;
         let (answer, state) = match reply.split_first() {
             Some((&answer, rest)) if rest.len() >= 6 => (answer, state_of(&rest[..6])?),
             _ => return Err(unexpected(&reply)),
@@ -248,29 +255,44 @@ impl RedisStore {
         retention: Duration,
         deadline: Instant,
     ) -> Result<Vec<Result<(), StorageError>>, StorageError> {
+        let mut answers = Vec::new();
+        while let Some(done) = self
+            .compact_experiment_step(shard, retention, deadline)
+            .await?
+        {
+            answers.extend(done.answers);
+        }
+        Ok(answers)
+    }
+
+    /// One step of `shard`'s compaction, as an instance takes it: the next
+    /// chunk of the batch under way, or chunk 0 of a batch of the whole
+    /// log; `None` when the log has nothing left to add.
+    pub async fn compact_experiment_step(
+        &self,
+        shard: Shard,
+        retention: Duration,
+        deadline: Instant,
+    ) -> Result<Option<Compacted>, StorageError> {
         let now = crate::process::unix_millis();
-        let mut state = self
+        let state = self
             .append_experiment(shard, None, retention, now, deadline)
             .await?;
-        let mut answers = Vec::new();
-        loop {
-            let (number, frames, chunk) = match state.adding {
-                Some(adding) => (state.batch, adding.frames, adding.next),
-                None if state.frames > 0 => (state.batch + 1, state.frames, 0),
-                None => return Ok(answers),
-            };
-            let read = self.read_experiment_batch(shard, frames, deadline).await?;
-            let batch = super::log::ExperimentBatch::of(&read);
-            let chunks = batch.chunks.len() as u64;
-            let entries = &batch.chunks[chunk as usize];
-            let done = self
-                .compact_experiment(
-                    shard, number, frames, chunks, chunk, entries, retention, now, deadline,
-                )
-                .await?;
-            assert!(done.added, "{done:?}");
-            answers.extend(done.answers);
-            state = done.state;
-        }
+        let (number, frames, chunk) = match state.adding {
+            Some(adding) => (state.batch, adding.frames, adding.next),
+            None if state.frames > 0 => (state.batch + 1, state.frames, 0),
+            None => return Ok(None),
+        };
+        let read = self.read_experiment_batch(shard, frames, deadline).await?;
+        let batch = super::log::ExperimentBatch::of(&read);
+        let chunks = batch.chunks.len() as u64;
+        let entries = &batch.chunks[chunk as usize];
+        let done = self
+            .compact_experiment(
+                shard, number, frames, chunks, chunk, entries, retention, now, deadline,
+            )
+            .await?;
+        assert!(done.added, "{done:?}");
+        Ok(Some(done))
     }
 }
