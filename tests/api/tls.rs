@@ -6,10 +6,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use sticky_routing::config::Settings;
-use sticky_routing::startup::Application;
 use sticky_routing::storage::{ClientCertFiles, TlsFiles};
 use sticky_routing::transport::pb;
-use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
 use tokio::io::AsyncReadExt;
 use tonic::transport::Channel;
 use tonic_health::pb::health_client::HealthClient;
@@ -95,19 +93,8 @@ async fn the_service_talks_tls_to_a_cluster() {
 /// and records and reads `customers` customers through it.
 async fn serves_through(mut settings: Settings, pki: &Pki, customers: usize) {
     settings.redis.tls = Some(pki.files("ca.crt"));
-    let app = Application::build(settings).await.unwrap();
-    let addr = app.grpc_addr();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(app.run_until_stopped(async {
-        let _ = stopped.await;
-    }));
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    wait_for_readiness(&HealthClient::new(channel.clone()), true).await;
-    let mut api = StickyRoutingClient::new(channel);
+    let peer = crate::support::peer::Peer::start(settings).await;
+    let mut api = peer.api.clone();
     for i in 0..customers {
         let customer = format!("c{i}");
         let request = outcome("m1", &customer, "GIGADAT", pb::Outcome::Success);
@@ -116,8 +103,7 @@ async fn serves_through(mut settings: Settings, pki: &Pki, customers: usize) {
         let pin = api.get_pin(pin_request(&customer, &[])).await.unwrap();
         assert_eq!(pin.into_inner().connector, "GIGADAT");
     }
-    let _ = stop.send(());
-    server.await.unwrap().unwrap();
+    peer.stop().await;
 }
 
 #[tokio::test]

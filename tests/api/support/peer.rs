@@ -1,7 +1,9 @@
-//! A second instance of the service beside a test's app, with the same
-//! settings and so on the same Redis: what the tests of work shared
-//! between instances drive.
+//! Another instance of the service, serving and ready: a second one
+//! beside a test's app, with the same settings and so on the same Redis
+//! (what the tests of work shared between instances drive), or one with
+//! settings of its own.
 
+use sticky_routing::config::Settings;
 use sticky_routing::startup::{Application, StartupError};
 use sticky_routing::transport::pb::sticky_routing_client::StickyRoutingClient;
 use tokio::sync::oneshot;
@@ -22,9 +24,14 @@ pub struct Peer {
 impl TestApp {
     /// Starts another instance with this app's settings.
     pub async fn peer(&self) -> Peer {
-        let app = Application::build(self.settings.clone())
-            .await
-            .expect("the peer builds");
+        Peer::start(self.settings.clone()).await
+    }
+}
+
+impl Peer {
+    /// Starts an instance with `settings` and waits until it is ready.
+    pub async fn start(settings: Settings) -> Self {
+        let app = Application::build(settings).await.expect("the peer builds");
         let addr = app.grpc_addr();
         let (shutdown, stopped) = oneshot::channel();
         let server = tokio::spawn(app.run_until_stopped(async {
@@ -42,9 +49,7 @@ impl TestApp {
             server,
         }
     }
-}
 
-impl Peer {
     pub async fn stop(self) {
         let _ = self.shutdown.send(());
         self.server
