@@ -4,9 +4,10 @@
 //! The modules, from the bottom up:
 //! - [`domain`]: the rules as pure functions and one [`domain::Rules`]
 //!   value (no I/O, no fred, no tonic);
-//! - [`declare`], [`pki`], [`process`]: shared vocabulary that imports no
-//!   other module: how a setting is declared and read; certificates, keys
-//!   and client identities; the process's shutdown signal, stdout and wall clock;
+//! - [`declare`], [`pki`], [`process`], [`striped`]: shared vocabulary
+//!   that imports no other module: how a setting is declared and read;
+//!   certificates, keys and client identities; the process's shutdown
+//!   signal, stdout and wall clock; maps split over locks by hash;
 //! - [`telemetry`]: logs, metrics and traces, and the outcome labels;
 //! - [`storage`]: the Redis adapter, [`storage::RedisStore`], which runs
 //!   the rules atomically against Redis and owns its connection settings;
@@ -53,5 +54,6 @@ pub mod process;
 pub mod record;
 pub mod startup;
 pub mod storage;
+pub mod striped;
 pub mod telemetry;
 pub mod transport;

@@ -1,65 +1,64 @@
 //! Tier 1's counts: what RecordOutcome has counted since the last flush,
-//! per (tenant, merchant, connector), bounded, least recently used first
-//! out. Two tenants' breakers of the same merchant and connector ids are
-//! two breakers, so two tallies.
+//! per (tenant, merchant, connector). Two tenants' breakers of the same
+//! merchant and connector ids are two breakers, so two tallies.
 //!
-//! A pair stays tracked after its counts are flushed, so a busy pair costs
-//! one lookup per call and no allocation. The bound (`MAX_TRACKED`) is on
-//! all the pairs together: below it nothing is evicted; above it the pair
-//! called least recently in the shard of the map being added to goes, and
-//! its unflushed counts go with the next flush, never lost. (The shards
-//! share one count of pairs; a shard keeps its last pair, so the map may
-//! exceed the bound by at most one pair per shard.) The map is sharded by
-//! the pair's hash so that calls on different pairs rarely wait for one
-//! lock.
+//! Each flush takes (drains) every tally: a pair is held from its first
+//! call in a tick to the tick's flush, no longer. At a platform's 100,000
+//! merchants almost every call is the only one of its pair in a tick, so
+//! keeping pairs between ticks (the LRU this replaced) saved nothing and
+//! cost an eviction per call (bench/README.md, "Platform scale"); a busy
+//! pair costs one lookup per call and one allocation per tick.
+//!
+//! The bound (`MAX_TRACKED`) is on the pairs of one tick, all shards
+//! together: below it every call of a pair adds into one tally. Past it, a
+//! call of a pair not yet held is kept as a tally of its own, flushed with
+//! the rest: counts are never lost, only no longer added up until the next
+//! flush, so what past the bound costs is memory per call, at most a
+//! tick's calls. The map is sharded by the pair's hash so that calls on
+//! different pairs rarely wait for one lock.
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use foldhash::fast::RandomState;
-use std::sync::{Mutex, PoisonError};
-
-use lru::LruCache;
+use hashbrown::HashTable;
 
 use crate::domain::breaker::{CountInto, Counts};
 use crate::domain::ids::{Connector, MerchantId};
 use crate::domain::shards::{SHARDS, Shard, shard_of};
 use crate::domain::tenant::Tenant;
 use crate::storage::{ConnectorTally, MerchantTallies};
-
-/// More shards than cores, so two calls rarely meet on one lock.
-const LOCKS: usize = 16;
+use crate::striped::{PARTS, Striped};
 
 /// Every (tenant, merchant)'s tallies of one flush, by the Redis shard
 /// (`domain::shards`) their keys live in.
 pub(super) type Taken = Vec<Vec<MerchantTallies>>;
 
 pub(super) struct Pending {
-    shards: Box<[Mutex<Part>]>,
+    parts: Striped<Part>,
     hasher: RandomState,
-    /// Pairs tracked, all shards together.
+    /// Pairs held in the tables, all shards together.
     tracked: AtomicUsize,
     max_tracked: usize,
 }
 
 /// One lock's part of the map.
+#[derive(Default)]
 struct Part {
-    /// Keyed by the pair's hash; the pair itself is kept in the value and
-    /// compared, so a hash collision replaces, never mixes, two pairs.
-    tracked: LruCache<u64, Tally>,
-    /// The pairs with counts since the last flush.
-    dirty: Vec<u64>,
-    /// Pairs evicted with counts not yet flushed: the next flush takes them.
-    evicted: Vec<Tally>,
+    /// The tick's tallies, found by the pair's hash and compared by the
+    /// pair, so a hash collision never mixes two pairs.
+    tallies: HashTable<Tally>,
+    /// Tallies past the bound: each flushed as it is.
+    overflow: Vec<Tally>,
 }
 
 struct Tally {
+    hash: u64,
     tenant: Tenant,
     merchant: MerchantId,
     connector: Connector,
     buckets: Vec<(i64, Counts)>,
     probes: Option<(i64, Counts)>,
-    dirty: bool,
 }
 
 impl Tally {
@@ -112,30 +111,22 @@ impl Tally {
         }
     }
 
-    /// The counts since the last flush, taken.
-    fn take(&mut self) -> ConnectorTally {
-        self.dirty = false;
-        ConnectorTally {
-            connector: self.connector.as_str().to_owned(),
-            buckets: std::mem::take(&mut self.buckets),
-            probes: self.probes.take(),
-        }
+    /// The pair and its counts, as a flush sends them.
+    fn into_taken(self) -> (Tenant, MerchantId, ConnectorTally) {
+        let tally = ConnectorTally {
+            connector: self.connector.into_string(),
+            buckets: self.buckets,
+            probes: self.probes,
+        };
+        (self.tenant, self.merchant, tally)
     }
 }
 
 impl Pending {
-    /// At most `max_tracked` pairs in all (one more per shard at worst).
+    /// At most `max_tracked` pairs added up in a tick, all shards together.
     pub fn new(max_tracked: usize) -> Self {
         Self {
-            shards: (0..LOCKS)
-                .map(|_| {
-                    Mutex::new(Part {
-                        tracked: LruCache::unbounded(),
-                        dirty: Vec::new(),
-                        evicted: Vec::new(),
-                    })
-                })
-                .collect(),
+            parts: Striped::new(PARTS),
             hasher: RandomState::default(),
             tracked: AtomicUsize::new(0),
             max_tracked: max_tracked.max(1),
@@ -157,7 +148,7 @@ impl Pending {
         }
     }
 
-    /// Runs `change` on the pair's tally (made if new) and marks it dirty.
+    /// Runs `change` on the pair's tally, made if new.
     fn with_tally(
         &self,
         tenant: &Tenant,
@@ -167,47 +158,30 @@ impl Pending {
     ) {
         // The tenant's id goes in borrowed: no allocation, and the default
         // tenant adds one discriminant to the hash.
-        let key = self
+        let hash = self
             .hasher
             .hash_one((tenant.id(), merchant.as_str(), connector.as_str()));
-        let shard = &self.shards[usize::try_from(key % self.shards.len() as u64).unwrap_or(0)];
-        let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-        let known = shard.tracked.get_mut(&key).is_some_and(|tally| {
+        let mut part = self.parts.lock(hash);
+        let held = part.tallies.find_mut(hash, |tally| {
             tally.merchant == *merchant && tally.connector == *connector && tally.tenant == *tenant
         });
-        if !known {
-            let new = Tally {
-                tenant: tenant.clone(),
-                merchant: merchant.clone(),
-                connector: connector.clone(),
-                buckets: Vec::new(),
-                probes: None,
-                dirty: false,
-            };
-            match shard.tracked.push(key, new) {
-                // A pair of the same hash, replaced: its counts still go.
-                Some((_, old)) if old.dirty => shard.evicted.push(old),
-                Some(_) => {}
-                None => {
-                    if self.tracked.fetch_add(1, Ordering::Relaxed) >= self.max_tracked
-                        && shard.tracked.len() > 1
-                        && let Some((_, old)) = shard.tracked.pop_lru()
-                    {
-                        self.tracked.fetch_sub(1, Ordering::Relaxed);
-                        if old.dirty {
-                            shard.evicted.push(old);
-                        }
-                    }
-                }
-            }
+        if let Some(tally) = held {
+            return change(tally);
         }
-        let Some(tally) = shard.tracked.get_mut(&key) else {
-            return;
+        let mut new = Tally {
+            hash,
+            tenant: tenant.clone(),
+            merchant: merchant.clone(),
+            connector: connector.clone(),
+            buckets: Vec::new(),
+            probes: None,
         };
-        change(tally);
-        if !tally.dirty {
-            tally.dirty = true;
-            shard.dirty.push(key);
+        change(&mut new);
+        if self.tracked.fetch_add(1, Ordering::Relaxed) < self.max_tracked {
+            part.tallies.insert_unique(hash, new, |tally| tally.hash);
+        } else {
+            self.tracked.fetch_sub(1, Ordering::Relaxed);
+            part.overflow.push(new);
         }
     }
 
@@ -234,58 +208,54 @@ impl Pending {
 
     /// Takes every count since the last call, grouped by (tenant,
     /// merchant), each merchant in its Redis shard: one flush per shard.
+    /// The tables keep their room for the next tick.
     pub fn take(&self) -> Taken {
         let mut tallies: Vec<(Tenant, MerchantId, ConnectorTally)> = Vec::new();
-        for shard in &*self.shards {
-            let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+        for mut part in self.parts.each() {
             let Part {
-                tracked,
-                dirty,
-                evicted,
-            } = &mut *shard;
-            for key in dirty.drain(..) {
-                match tracked.peek_mut(&key) {
-                    Some(tally) if tally.dirty => {
-                        tallies.push((tally.tenant.clone(), tally.merchant.clone(), tally.take()));
-                    }
-                    _ => {}
-                }
-            }
-            for mut tally in evicted.drain(..) {
-                let taken = tally.take();
-                tallies.push((tally.tenant, tally.merchant, taken));
-            }
+                tallies: held,
+                overflow,
+            } = &mut *part;
+            self.tracked.fetch_sub(held.len(), Ordering::Relaxed);
+            tallies.extend(held.drain().map(Tally::into_taken));
+            tallies.extend(overflow.drain(..).map(Tally::into_taken));
         }
         group(tallies)
     }
 
-    /// How many pairs are tracked now.
+    /// How many pairs are held now (overflow included).
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|shard| {
-                shard
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .tracked
-                    .len()
-            })
+        self.parts
+            .each()
+            .map(|part| part.tallies.len() + part.overflow.len())
             .sum()
     }
 }
 
-/// Tallies grouped by (tenant, merchant), in their Redis shards.
 fn add_counts(into: &mut Counts, counts: Counts) {
     into.calls = into.calls.saturating_add(counts.calls);
     into.failures = into.failures.saturating_add(counts.failures);
 }
 
-fn group(mut tallies: Vec<(Tenant, MerchantId, ConnectorTally)>) -> Taken {
-    tallies.sort_by(|a, b| (&a.0, a.1.as_str()).cmp(&(&b.0, b.1.as_str())));
+/// Tallies grouped by (tenant, merchant), in their Redis shards. A
+/// merchant's connectors meet by sorting on a hash of the (tenant,
+/// merchant), the ids breaking ties: a hash per tally, where sorting on the
+/// ids compared strings at every step (a tenth of a tick's CPU at 100,000
+/// merchants).
+fn group(tallies: Vec<(Tenant, MerchantId, ConnectorTally)>) -> Taken {
+    let hasher = foldhash::fast::FixedState::default();
+    let mut keyed: Vec<_> = tallies
+        .into_iter()
+        .map(|tally| (hasher.hash_one((tally.0.id(), tally.1.as_str())), tally))
+        .collect();
+    keyed.sort_unstable_by(|(x, a), (y, b)| {
+        x.cmp(y)
+            .then_with(|| (&a.0, a.1.as_str()).cmp(&(&b.0, b.1.as_str())))
+    });
     let mut taken: Taken = (0..SHARDS).map(|_| Vec::new()).collect();
     let mut last: Option<Shard> = None;
-    for (tenant, merchant, tally) in tallies {
+    for (_, (tenant, merchant, tally)) in keyed {
         if let Some(shard) = last
             && let Some(current) = taken[shard.index()].last_mut()
             && current.tenant == tenant
@@ -357,7 +327,7 @@ mod tests {
         );
         assert_eq!(taken[1].tallies[0].probes, Some((5, counts(1, 1))));
         assert!(take(&pending).is_empty(), "nothing is flushed twice");
-        assert_eq!(pending.len(), 2, "the pairs stay tracked");
+        assert_eq!(pending.len(), 0, "a flush takes every pair");
     }
 
     #[test]
@@ -440,17 +410,19 @@ mod tests {
         assert_eq!(calls, 200);
     }
 
-    /// Above the bound the least recently used pairs go, and their counts
-    /// with the next flush.
+    /// Above the bound a new pair's calls are kept one by one, and flushed
+    /// with the rest; the bound holds again after the flush.
     #[test]
-    fn above_the_bound_evicted_counts_are_flushed_not_dropped() {
+    fn above_the_bound_counts_are_flushed_not_dropped() {
         let pending = Pending::new(3);
         let d = &Tenant::DEFAULT;
         let ids: Vec<_> = (0..40).map(|i| pair(&format!("m{i}"), "a")).collect();
         for (m, c) in &ids {
             pending.add(d, m, c, CountInto::Bucket(1), false);
         }
-        assert!(pending.len() <= 3 + LOCKS, "{}", pending.len());
+        let held: usize = pending.parts.each().map(|part| part.tallies.len()).sum();
+        assert_eq!(held, 3, "the bound");
+        assert_eq!(pending.len(), 40);
         let taken = take(&pending);
         let calls: u64 = taken
             .iter()
@@ -460,5 +432,11 @@ mod tests {
             .sum();
         assert_eq!(calls, 40, "every count is flushed");
         assert_eq!(taken.len(), 40);
+        assert_eq!(pending.tracked.load(Ordering::Relaxed), 0);
+        for (m, c) in &ids[..3] {
+            pending.add(d, m, c, CountInto::Bucket(1), false);
+            pending.add(d, m, c, CountInto::Bucket(1), false);
+        }
+        assert_eq!(pending.len(), 3, "below the bound again, calls add up");
     }
 }

@@ -86,7 +86,7 @@ settings! {
     BREAKER_OPEN_FOR: Duration = About::new("breaker_open_for", Text("30s"), "how long an open breaker vetoes its connector\nbefore probing it, at least 1s"), parse_breaker_duration;
     BREAKER_PROBE_CALLS: u32 = About::new("breaker_probe_calls", Text("5"), "calls a half-open breaker counts before it\ncloses or opens again, 1 to 1000000"), |t| whole_number(t, 1, 1_000_000);
     BREAKER_PROBE_SHARE: Share = About::new("breaker_probe_share", Text("10%"), "share of GetPins that may pin to a half-open\nconnector, to probe it: 0.1, or 1% to 100%"), Share::parse;
-    BREAKER_MAX_TRACKED: usize = About::new("breaker_max_tracked", Text("100000"), "(merchant, connector) breakers one process keeps\nin memory, least recently used out; 1 to 100000000"), |t| whole_number(t, 1, 100_000_000);
+    BREAKER_MAX_TRACKED: usize = About::new("breaker_max_tracked", Text("100000"), "(merchant, connector) breakers one process keeps\nin memory (a tick's counts, the windows, the breakers\nopen); 1 to 100000000"), |t| whole_number(t, 1, 100_000_000);
 }
 
 // The per-merchant families here (`mode_`, `holdout_`) are read by prefix:

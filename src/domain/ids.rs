@@ -120,6 +120,10 @@ impl PaymentMethodType {
 }
 
 impl Connector {
+    pub fn into_string(self) -> String {
+        self.0
+    }
+
     pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
         Self::parse_as(raw, "connector")
     }

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
+use std::sync::Arc;
 
 use super::ids::InvalidInput;
 
@@ -20,9 +21,11 @@ pub const TENANT_HEADER: &str = "x-tenant-id";
 /// Longest tenant id, in bytes.
 pub const MAX_TENANT_BYTES: usize = 64;
 
-/// A call's tenant: the default one, or a named one.
+/// A call's tenant: the default one, or a named one. Shared, not copied:
+/// the background tallies keep a tenant per merchant they count, and a
+/// clone is a count, not an allocation.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Tenant(Option<Box<str>>);
+pub struct Tenant(Option<Arc<str>>);
 
 impl Tenant {
     /// The tenant of a call without the header.
@@ -89,7 +92,7 @@ fn is_tenant_char(c: char) -> bool {
 /// The tenants allowed besides the default (`STICKY_ROUTING_TENANTS`):
 /// `None` allows any valid tenant.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TenantAllowlist(Option<BTreeSet<Box<str>>>);
+pub struct TenantAllowlist(Option<BTreeSet<Arc<str>>>);
 
 impl TenantAllowlist {
     /// Any valid tenant is allowed.

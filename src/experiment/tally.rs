@@ -3,27 +3,27 @@
 //! tenants' merchants of one id are two merchants, with two counts.
 //!
 //! The map is sharded by the (tenant, merchant)'s hash, so calls of
-//! different merchants rarely wait for one lock, and looked up by the
-//! tenant and the merchant's text, borrowed, so a merchant already counted
-//! this tick costs no allocation. Each flush takes (drains) everything:
-//! what is kept between two ticks is only what was counted in one, and at
+//! different merchants rarely wait for one lock, and looked up by that
+//! one hash and the ids, borrowed, so a merchant already counted this tick
+//! costs no allocation, and a new one one (its merchant id). Each flush
+//! takes (drains) everything: what is kept between two ticks is only what was counted in one, and at
 //! most [`MAX_MERCHANTS`] (tenant, merchant)s; one beyond that within one
 //! tick is not counted, and said so (`dropped`), which only a flood of
 //! distinct ids can cause.
 
-use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
 
 use foldhash::fast::RandomState;
+use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
+use smallvec::SmallVec;
 
 use crate::domain::ids::MerchantId;
 use crate::domain::tenant::Tenant;
 use crate::storage::ExperimentCounts;
+use crate::striped::{PARTS, Striped};
 
-/// More shards than cores, so two calls rarely meet on one lock.
-const SHARDS: usize = 16;
 /// The most (tenant, merchant)s waiting to be written at once, all shards
 /// together: a tick's, and those put back while Redis refuses the flush.
 /// An instance counts a merchant per call at most, so a tick reaches it
@@ -32,36 +32,35 @@ const SHARDS: usize = 16;
 /// counts there (about 200 bytes each: 50 MiB at the bound).
 pub(super) const MAX_MERCHANTS: usize = 262_144;
 
-/// One merchant's counts by day (usually one day; two around midnight).
-type Days = Vec<(u32, ExperimentCounts)>;
-
 /// One (tenant, merchant)'s counts of one day, as a flush takes them.
 pub(super) type Taken = (Tenant, MerchantId, u32, ExperimentCounts);
 
-/// One shard: by tenant, then merchant, so that both are looked up
-/// borrowed (a map keyed by the pair would need an owned pair to look up).
-#[derive(Default)]
-struct Shard {
-    by_tenant: HashMap<Tenant, HashMap<MerchantId, Days, RandomState>, RandomState>,
-    /// How many (tenant, merchant)s the shard holds.
-    len: usize,
+/// One (tenant, merchant)'s counts by day: usually one day (two around
+/// midnight), held inline.
+struct Held {
+    hash: u64,
+    tenant: Tenant,
+    merchant: MerchantId,
+    days: SmallVec<[(u32, ExperimentCounts); 1]>,
 }
 
 pub(super) struct Tally {
-    shards: Box<[Mutex<Shard>]>,
+    /// Found by the (tenant, merchant)'s hash and compared by the ids, so
+    /// a hash collision never mixes two merchants.
+    parts: Striped<HashTable<Held>>,
     hasher: RandomState,
-    per_shard: usize,
+    per_part: usize,
     /// Outcomes not counted because the map was full.
     dropped: AtomicU64,
 }
 
 impl Tally {
     pub fn new(max_merchants: usize) -> Self {
-        let shards = SHARDS.min(max_merchants).max(1);
+        let parts = PARTS.min(max_merchants).max(1);
         Self {
-            shards: (0..shards).map(|_| Mutex::new(Shard::default())).collect(),
+            parts: Striped::new(parts),
             hasher: RandomState::default(),
-            per_shard: (max_merchants / shards).max(1),
+            per_part: (max_merchants / parts).max(1),
             dropped: AtomicU64::new(0),
         }
     }
@@ -86,36 +85,29 @@ impl Tally {
         day: u32,
         back: &ExperimentCounts,
     ) {
+        // The ids go in borrowed: a merchant already counted this tick
+        // costs no allocation.
         let hash = self.hasher.hash_one((tenant.id(), merchant.as_str()));
-        let shard = &self.shards[usize::try_from(hash % self.shards.len() as u64).unwrap_or(0)];
-        let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-        let known = shard
-            .by_tenant
-            .get(tenant)
-            .is_some_and(|merchants| merchants.contains_key(merchant.as_str()));
-        if !known {
-            if shard.len >= self.per_shard {
-                drop(shard);
+        let mut entries = self.parts.lock(hash);
+        let full = entries.len() >= self.per_part;
+        let same = |entry: &Held| entry.merchant == *merchant && entry.tenant == *tenant;
+        let days = match entries.entry(hash, same, |entry| entry.hash) {
+            Entry::Occupied(held) => &mut held.into_mut().days,
+            Entry::Vacant(_) if full => {
+                drop(entries);
                 let lost: u64 = back.counts.iter().sum();
                 self.dropped.fetch_add(lost, Ordering::Relaxed);
                 return;
             }
-            shard.len += 1;
-            // A tenant's first merchant in this shard: the one allocation
-            // of the tenant's id, once a tick at most.
-            if !shard.by_tenant.contains_key(tenant) {
-                shard.by_tenant.insert(tenant.clone(), HashMap::default());
+            Entry::Vacant(new) => {
+                let held = Held {
+                    hash,
+                    tenant: tenant.clone(),
+                    merchant: merchant.clone(),
+                    days: SmallVec::new(),
+                };
+                &mut new.insert(held).into_mut().days
             }
-            if let Some(merchants) = shard.by_tenant.get_mut(tenant) {
-                merchants.insert(merchant.clone(), Days::new());
-            }
-        }
-        let Some(days) = shard
-            .by_tenant
-            .get_mut(tenant)
-            .and_then(|merchants| merchants.get_mut(merchant.as_str()))
-        else {
-            return;
         };
         match days.iter_mut().find(|(d, _)| *d == day) {
             Some((_, counts)) => counts.add(back),
@@ -124,21 +116,24 @@ impl Tally {
     }
 
     /// Takes every count since the last call: one entry per (tenant,
-    /// merchant, day).
+    /// merchant, day). The tables keep their room for the next tick.
     pub fn take(&self) -> Vec<Taken> {
         let mut taken = Vec::new();
-        for shard in &*self.shards {
-            let drained: Vec<_> = {
-                let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-                shard.len = 0;
-                shard.by_tenant.drain().collect()
-            };
-            for (tenant, merchants) in drained {
-                for (merchant, days) in merchants {
-                    for (day, counts) in days {
-                        taken.push((tenant.clone(), merchant.clone(), day, counts));
-                    }
+        for mut entries in self.parts.each() {
+            for Held {
+                tenant,
+                merchant,
+                mut days,
+                ..
+            } in entries.drain()
+            {
+                let Some((day, counts)) = days.pop() else {
+                    continue;
+                };
+                for (other, counts) in days {
+                    taken.push((tenant.clone(), merchant.clone(), other, counts));
                 }
+                taken.push((tenant, merchant, day, counts));
             }
         }
         taken
