@@ -14,12 +14,14 @@
 //! period: a starting instance reads each shard's log from the start of
 //! the window, so its windows are whole from its first tick.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use std::hash::BuildHasher;
 use std::sync::{Mutex, PoisonError};
 
 use foldhash::fast::RandomState;
+use hashbrown::HashTable;
 
-use crate::domain::breaker::{BreakerSettings, Counts, trips_at};
+use crate::domain::breaker::{BreakerSettings, Counts, may_trip, trips_at};
 use crate::domain::shards::{SHARDS, Shard};
 use crate::domain::tenant::Tenant;
 use crate::storage::LogRecord;
@@ -31,6 +33,8 @@ pub(super) struct Window {
     pub ring: Vec<(i64, Counts)>,
     /// The tick it was last folded into, for the bound.
     folded_at: i64,
+    /// The tick a fold last returned it to be judged.
+    judged_at: i64,
 }
 
 impl Window {
@@ -60,21 +64,67 @@ fn find<'a>(connectors: &'a [(String, Window)], connector: &str) -> Option<&'a W
 /// A breaker whose window a fold changed: (tenant, merchant, connector).
 pub(super) type Folded = (Tenant, String, String);
 
-/// A tenant's merchants, each with its connectors' windows.
-type Merchants = HashMap<String, Vec<(String, Window)>, RandomState>;
+/// A (tenant, merchant)'s windows, by connector. (A merchant's few
+/// connectors in a Vec: a map's node per merchant would cost more than the
+/// windows.)
+struct Merchant {
+    hash: u64,
+    tenant: Tenant,
+    merchant: Box<str>,
+    connectors: Vec<(String, Window)>,
+}
 
 #[derive(Default)]
 struct Inner {
-    /// Tenant → merchant → connector → window.
-    /// (A merchant's few connectors in a Vec: a map's node per merchant
-    /// would cost more than the windows.)
-    windows: HashMap<Tenant, Merchants, RandomState>,
+    /// Every merchant's windows, found by one hash of the (tenant,
+    /// merchant) and compared by the ids (two nested maps cost a lookup
+    /// each, per record folded).
+    windows: HashTable<Merchant>,
+    hasher: RandomState,
     pairs: usize,
     /// Per shard: the read offset of each log period, and the last period
     /// a read reached.
     cursors: Vec<(BTreeMap<i64, u64>, Option<i64>)>,
     /// The bucket of the last prune.
     pruned: Option<i64>,
+}
+
+impl Inner {
+    fn hash(&self, tenant: &Tenant, merchant: &str) -> u64 {
+        self.hasher.hash_one((tenant.id(), merchant))
+    }
+
+    /// The merchant's windows, if any are held.
+    fn merchant(&self, tenant: &Tenant, merchant: &str) -> Option<&[(String, Window)]> {
+        let hash = self.hash(tenant, merchant);
+        self.windows
+            .find(hash, |held| {
+                &*held.merchant == merchant && held.tenant == *tenant
+            })
+            .map(|held| held.connectors.as_slice())
+    }
+
+    /// The merchant's windows, made (empty) if none is held.
+    fn merchant_mut(&mut self, tenant: &Tenant, merchant: &str) -> &mut Vec<(String, Window)> {
+        let hash = self.hash(tenant, merchant);
+        let same = |held: &Merchant| &*held.merchant == merchant && held.tenant == *tenant;
+        &mut self
+            .windows
+            .entry(hash, same, |held| held.hash)
+            .or_insert_with(|| Merchant {
+                hash,
+                tenant: tenant.clone(),
+                merchant: merchant.into(),
+                connectors: Vec::new(),
+            })
+            .into_mut()
+            .connectors
+    }
+
+    /// Drops the merchants left with no window.
+    fn drop_empty(&mut self) {
+        self.windows.retain(|held| !held.connectors.is_empty());
+    }
 }
 
 pub(super) struct Windows {
@@ -136,7 +186,7 @@ impl Windows {
 
     /// Adds `records` into their windows, but for breakers `skip` says are
     /// tripped (their calls count nowhere, and their window is cleared).
-    /// Returns every breaker whose window changed.
+    /// Returns every breaker whose window changed and may trip, once.
     pub fn fold(
         &self,
         records: Vec<LogRecord>,
@@ -162,18 +212,7 @@ impl Windows {
             } = record;
             // Looked up before any key is made: a held window costs no
             // allocation.
-            if !inner.windows.contains_key(&tenant) {
-                inner.windows.insert(tenant.clone(), HashMap::default());
-            }
-            let Some(merchants) = inner.windows.get_mut(&tenant) else {
-                continue;
-            };
-            if !merchants.contains_key(merchant.as_str()) {
-                merchants.insert(merchant.clone(), Vec::new());
-            }
-            let Some(connectors) = merchants.get_mut(merchant.as_str()) else {
-                continue;
-            };
+            let connectors = inner.merchant_mut(&tenant, &merchant);
             let (at, added) = match connectors.iter().position(|(c, _)| *c == connector) {
                 Some(at) => (at, false),
                 None => {
@@ -186,8 +225,11 @@ impl Windows {
                 Some((_, held)) => *held += counts,
                 None => window.ring.push((bucket, counts)),
             }
-            if window.folded_at != now_ms || added {
-                window.folded_at = now_ms;
+            window.folded_at = now_ms;
+            // Only a window that may trip is judged (`may_trip`): at a
+            // platform's sparse merchants, almost none.
+            if window.judged_at != now_ms && may_trip(window.counts(now_ms, s), s) {
+                window.judged_at = now_ms;
                 changed.push((tenant, merchant, connector));
             }
             if added {
@@ -210,7 +252,7 @@ impl Windows {
         s: &BreakerSettings,
     ) -> Option<(Counts, Option<i64>)> {
         let inner = self.lock();
-        let window = find(inner.windows.get(tenant)?.get(merchant)?, connector)?;
+        let window = find(inner.merchant(tenant, merchant)?, connector)?;
         let counts = window.counts(now_ms, s);
         // Only failures trip, and a window of one bucket that ages is
         // empty: most windows need no look ahead (and its allocation).
@@ -226,7 +268,7 @@ impl Windows {
     #[cfg(test)]
     pub fn window(&self, tenant: &Tenant, merchant: &str, connector: &str) -> Option<Window> {
         let inner = self.lock();
-        find(inner.windows.get(tenant)?.get(merchant)?, connector).cloned()
+        find(inner.merchant(tenant, merchant)?, connector).cloned()
     }
 
     /// Every window of (`tenant`, `merchant`) with calls that count at
@@ -239,7 +281,7 @@ impl Windows {
         s: &BreakerSettings,
     ) -> Vec<(String, Counts)> {
         let inner = self.lock();
-        let Some(connectors) = inner.windows.get(tenant).and_then(|m| m.get(merchant)) else {
+        let Some(connectors) = inner.merchant(tenant, merchant) else {
             return Vec::new();
         };
         connectors
@@ -253,16 +295,14 @@ impl Windows {
     /// longer count.
     pub fn clear(&self, tenant: &Tenant, merchant: &str, connector: &str) {
         let mut inner = self.lock();
-        let Some(connectors) = inner
-            .windows
-            .get_mut(tenant)
-            .and_then(|m| m.get_mut(merchant))
-        else {
+        let hash = inner.hash(tenant, merchant);
+        let same = |held: &Merchant| &*held.merchant == merchant && held.tenant == *tenant;
+        let Some(held) = inner.windows.find_mut(hash, same) else {
             return;
         };
-        let before = connectors.len();
-        connectors.retain(|(c, _)| c != connector);
-        let removed = before - connectors.len();
+        let before = held.connectors.len();
+        held.connectors.retain(|(c, _)| c != connector);
+        let removed = before - held.connectors.len();
         inner.pairs -= removed;
     }
 
@@ -278,18 +318,15 @@ impl Windows {
         inner.pruned = Some(this);
         let mut kept = 0;
         let mut ages = Vec::new();
-        for merchants in inner.windows.values_mut() {
-            for connectors in merchants.values_mut() {
-                connectors.retain_mut(|(_, window)| {
-                    window.age(now_ms, s);
-                    !window.ring.is_empty()
-                });
-                kept += connectors.len();
-                ages.extend(connectors.iter().map(|(_, w)| w.folded_at));
-            }
-            merchants.retain(|_, connectors| !connectors.is_empty());
+        for held in &mut inner.windows {
+            held.connectors.retain_mut(|(_, window)| {
+                window.age(now_ms, s);
+                !window.ring.is_empty()
+            });
+            kept += held.connectors.len();
+            ages.extend(held.connectors.iter().map(|(_, w)| w.folded_at));
         }
-        inner.windows.retain(|_, merchants| !merchants.is_empty());
+        inner.drop_empty();
         inner.pairs = kept;
         if kept <= self.max_tracked {
             return;
@@ -300,23 +337,20 @@ impl Windows {
         let cut = ages[kept - self.max_tracked - 1];
         let mut at_cut = kept - self.max_tracked - ages.partition_point(|&age| age < cut);
         let mut left = 0;
-        for merchants in inner.windows.values_mut() {
-            for connectors in merchants.values_mut() {
-                connectors.retain(|(_, window)| {
-                    if window.folded_at < cut {
-                        return false;
-                    }
-                    if window.folded_at == cut && at_cut > 0 {
-                        at_cut -= 1;
-                        return false;
-                    }
-                    true
-                });
-                left += connectors.len();
-            }
-            merchants.retain(|_, connectors| !connectors.is_empty());
+        for held in &mut inner.windows {
+            held.connectors.retain(|(_, window)| {
+                if window.folded_at < cut {
+                    return false;
+                }
+                if window.folded_at == cut && at_cut > 0 {
+                    at_cut -= 1;
+                    return false;
+                }
+                true
+            });
+            left += held.connectors.len();
         }
-        inner.windows.retain(|_, merchants| !merchants.is_empty());
+        inner.drop_empty();
         inner.pairs = left;
     }
 

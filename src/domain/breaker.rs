@@ -293,6 +293,16 @@ pub fn trips(window: Counts, s: &BreakerSettings) -> bool {
         && s.failure_ratio.reached_by(window.failures, window.calls)
 }
 
+/// Whether a CLOSED breaker's window could trip it now or later as its
+/// calls age out, with no call added: a later window holds no more calls
+/// and no more failures than this one, so it needs MIN_CALLS calls now and
+/// as many failures as the ratio asks of MIN_CALLS calls. At a platform's
+/// sparse merchants almost no window passes, so almost none is judged.
+pub fn may_trip(window: Counts, s: &BreakerSettings) -> bool {
+    let fewest = u64::from(s.min_calls).max(1);
+    window.calls >= fewest && s.failure_ratio.reached_by(window.failures, fewest)
+}
+
 /// What a HALF-OPEN breaker's probes decide.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum ProbeVerdict {

@@ -82,6 +82,47 @@ fn the_trip_is_inclusive_and_needs_min_calls() {
     assert!(!trips(counts(0, 0), &zero));
 }
 
+/// No window that trips, now or as it ages (`trips_at`), is passed over
+/// by `may_trip`, and a sparse merchant's window is.
+#[test]
+fn may_trip_passes_every_window_that_trips_now_or_later() {
+    assert!(!may_trip(counts(3, 1), &S), "below MIN_CALLS");
+    assert!(
+        !may_trip(counts(40, 9), &S),
+        "fewer failures than a trip needs"
+    );
+    assert!(
+        may_trip(counts(40, 10), &S),
+        "trips when 20 successes age out"
+    );
+    for (min_calls, ratio) in [(1, "1"), (4, "0.5"), (5, "0.3"), (20, "0.5"), (3, "0.01")] {
+        let s = BreakerSettings {
+            min_calls,
+            failure_ratio: share(ratio),
+            ..S
+        };
+        let now = 100_000;
+        let buckets: Vec<i64> = (0..4).map(|i| s.bucket_of(now) - i).collect();
+        for a in 0..8u64 {
+            for b in 0..8u64 {
+                for fa in 0..=a {
+                    for fb in 0..=b {
+                        let ring = [(buckets[2], counts(a, fa)), (buckets[0], counts(b, fb))];
+                        let window = s.window_counts(ring.iter().map(|(b, c)| (b, c)), now);
+                        let later = trips_at(&ring, now, &s);
+                        if trips(window, &s) || later.is_some() {
+                            assert!(
+                                may_trip(window, &s),
+                                "{ring:?} {later:?} {min_calls} {ratio}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn probes_decide_after_probe_calls_below_the_ratio_closing() {
     assert_eq!(probes_decide(counts(4, 0), &S), None);
