@@ -14,9 +14,11 @@
 //! is logged and counted once.
 //!
 //! Its bound on "every instance sees a transition within 2 s": the calls
-//! that trip a breaker wait at most one tick in memory, the transition is
-//! written in that tick, and every other instance reads it at its next
-//! poll, at most one tick later, so two ticks (1 s) plus three round trips.
+//! that trip a breaker wait at most one tick in memory and the spread of
+//! the shards' calls over it (`domain::shards::SPREAD`, 250 ms), the
+//! transition is written in that tick, and every other instance reads it
+//! at its next poll of the shard, at most one tick later, so 1.25 s plus
+//! three round trips.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -30,7 +32,7 @@ use super::decide::{Planned, decide_probes, decide_window};
 use super::own_changes::Change;
 use super::window::Folded;
 use crate::domain::breaker::{BreakerState, Counts, Tripped, state_at};
-use crate::domain::shards::{SHARDS, Shard, shard_of};
+use crate::domain::shards::{SHARDS, SPREAD, Shard, shard_of};
 use crate::domain::tenant::Tenant;
 use crate::process::unix_millis;
 use crate::storage::{
@@ -53,18 +55,19 @@ pub(super) async fn run(breakers: Arc<Breakers>, stop: CancellationToken) {
         tokio::select! {
             _ = ticker.tick() => {}
             () = stop.cancelled() => {
-                // The calls answered before the shutdown still count.
-                tick(&breakers).await;
+                // The calls answered before the shutdown still count, and
+                // go at once.
+                tick(&breakers, Duration::ZERO).await;
                 return;
             }
         }
-        tick(&breakers).await;
+        tick(&breakers, SPREAD).await;
         seen.observe(&breakers);
     }
 }
 
-/// One tick: every shard at once.
-pub(super) async fn tick(breakers: &Arc<Breakers>) {
+/// One tick: every shard, their calls spread over `spread`.
+pub(super) async fn tick(breakers: &Arc<Breakers>, spread: Duration) {
     let now = unix_millis();
     let settings = breakers.settings;
     let mut due: Vec<Vec<Folded>> = (0..SHARDS).map(|_| Vec::new()).collect();
@@ -94,14 +97,17 @@ pub(super) async fn tick(breakers: &Arc<Breakers>) {
     })
     .await
     .unwrap_or_default();
-    let deadline = Instant::now() + STEP_DEADLINE;
+    let start = Instant::now();
     // Taken before the reads: this instance's changes after it may be
     // missing from the answers, and are applied over them.
     let seen = breakers.view.own_changes_seen();
     let mut shards = JoinSet::new();
     for ((shard, (merchants, frames, probing)), due) in Shard::all().zip(taken).zip(due) {
         let breakers = breakers.clone();
+        let at = start + shard.offset_in(spread);
         shards.spawn(async move {
+            tokio::time::sleep_until(at.into()).await;
+            let deadline = Instant::now() + STEP_DEADLINE;
             // The CLOSED counts go to the shard's log; only the probes of
             // HALF-OPEN breakers go into their merchants' hashes.
             let log = ShardLog {

@@ -24,6 +24,11 @@ use super::tenant::Tenant;
 /// How many shards: the bound on background scripts per tick.
 pub const SHARDS: usize = 16;
 
+/// How much of a background tick (500 ms) the shards' calls are spread
+/// over ([`Shard::offset_in`]): half, so a tick still ends within its
+/// period, and a count or a transition waits at most 250 ms more.
+pub const SPREAD: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// Redis Cluster's hash slots.
 const SLOTS: u16 = 16_384;
 
@@ -40,6 +45,15 @@ impl Shard {
     /// The shard's number, `0..SHARDS`.
     pub fn index(self) -> usize {
         usize::from(self.0)
+    }
+
+    /// When, within a tick whose calls are spread over `span`, this
+    /// shard's background call goes: shard `i` at `i / SHARDS` of it. A
+    /// tick's scripts then reach Redis one after another instead of in one
+    /// burst, which Redis, one thread, served while every request-path
+    /// command waited (p99, bench/README.md "Platform scale").
+    pub fn offset_in(self, span: std::time::Duration) -> std::time::Duration {
+        span * u32::from(self.0) / SHARDS as u32
     }
 
     /// The shard's hash tag, without its braces: `b<n>.<k>`, the first `k`
@@ -80,6 +94,23 @@ pub fn shard_of(tenant: &Tenant, merchant: &MerchantId) -> Shard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ticks_calls_are_spread_evenly_over_the_span() {
+        let offsets: Vec<u128> = Shard::all()
+            .map(|s| s.offset_in(SPREAD).as_millis())
+            .collect();
+        assert_eq!(offsets[..3], [0, 15, 31]);
+        assert_eq!(offsets[SHARDS - 1], 234);
+        assert_eq!(
+            Shard::all()
+                .last()
+                .unwrap()
+                .offset_in(std::time::Duration::ZERO)
+                .as_millis(),
+            0
+        );
+    }
 
     #[test]
     fn tags_are_pinned_and_each_in_its_own_sixteenth_of_the_slots() {

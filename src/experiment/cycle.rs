@@ -1,12 +1,13 @@
 //! The experiment counts' background cycle: every [`TICK`], push the
 //! tallies onto the shards' counts logs, one script call per Redis shard
-//! (`domain::shards`) that has counts, all at once, however many merchants
-//! have counts, and move each shard's compaction on a step
+//! (`domain::shards`) that has counts, spread over the tick, however many
+//! merchants have counts, and move each shard's compaction on a step
 //! (`compact.rs`); a last push when the service stops.
 //!
 //! Its bound on "visible to a report within 2 s of the calls' answers": a
-//! count waits at most one tick in memory, then one script call (bounded
-//! by [`STEP_DEADLINE`]); GetUplift and the report read the logs.
+//! count waits at most one tick in memory and the spread (250 ms), then
+//! one script call (bounded by [`STEP_DEADLINE`]); GetUplift and the
+//! report read the logs.
 //!
 //! Its bound on calls per tick, whatever the merchants: per shard, one
 //! push (or, every `compact::ASK_EVERY` when this instance has nothing to
@@ -27,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Experiments;
 use super::compact::Step;
-use crate::domain::shards::{SHARDS, Shard, shard_of};
+use crate::domain::shards::{SHARDS, SPREAD, Shard, shard_of};
 use crate::storage::{
     ExperimentBatch, ExperimentEntry, ExperimentLog, StorageError, experiment_frame,
 };
@@ -47,18 +48,18 @@ pub(super) async fn run(experiments: Arc<Experiments>, stop: CancellationToken) 
             _ = ticker.tick() => {}
             () = stop.cancelled() => {
                 // The calls answered before the shutdown still count.
-                flush(&experiments, true).await;
+                flush(&experiments, true, Duration::ZERO).await;
                 return;
             }
         }
-        flush(&experiments, false).await;
+        flush(&experiments, false, SPREAD).await;
     }
 }
 
-/// Pushes every tally onto its shard's log, one script per shard, all at
-/// once, and moves each shard's compaction on a step; with `last` (the
-/// service stopping), only pushes.
-pub(super) async fn flush(experiments: &Arc<Experiments>, last: bool) {
+/// Pushes every tally onto its shard's log, one script per shard, their
+/// calls spread over `spread`, and moves each shard's compaction on a
+/// step; with `last` (the service stopping), only pushes.
+pub(super) async fn flush(experiments: &Arc<Experiments>, last: bool, spread: Duration) {
     let dropped = experiments.tally.take_dropped();
     if dropped > 0 {
         experiments
@@ -70,25 +71,32 @@ pub(super) async fn flush(experiments: &Arc<Experiments>, last: bool) {
             super::tally::MAX_MERCHANTS
         ));
     }
-    let mut by_shard: Vec<Vec<ExperimentEntry>> = (0..SHARDS).map(|_| Vec::new()).collect();
-    for (tenant, merchant, day, counts) in experiments.tally.take() {
-        by_shard[shard_of(&tenant, &merchant).index()].push(ExperimentEntry {
-            tenant,
-            merchant,
-            day,
-            counts,
-        });
-    }
-    let deadline = Instant::now() + STEP_DEADLINE;
+    let start = Instant::now();
+    // The tick's CPU work (taking the tallies, encoding the frames) on the
+    // blocking pool, as the breaker's; the last one where it is, since the
+    // runtime may be stopping.
+    let framed = if last {
+        frames(experiments)
+    } else {
+        let held = experiments.clone();
+        let work = move || frames(&held);
+        match crate::process::off_the_workers(&experiments.tick_cpu, work).await {
+            Some(framed) => framed,
+            None => return, // nothing taken: the last push takes it
+        }
+    };
     let mut shards = JoinSet::new();
-    for (shard, entries) in Shard::all().zip(by_shard) {
-        let frame = experiment_frame(&entries);
+    for (shard, (entries, frame)) in Shard::all().zip(framed) {
         let ask = !last && experiments.compactions.wants_to_ask(shard, Instant::now());
         if frame.is_none() && !ask {
             continue;
         }
+        // Half a step after the breaker's call of the same shard.
+        let at = start + shard.offset_in(spread) + spread / (2 * SHARDS as u32);
         let experiments = experiments.clone();
         shards.spawn(async move {
+            tokio::time::sleep_until(at.into()).await;
+            let deadline = Instant::now() + STEP_DEADLINE;
             let pushed = experiments
                 .store
                 .append_experiment(
@@ -115,6 +123,27 @@ pub(super) async fn flush(experiments: &Arc<Experiments>, last: bool) {
         });
     }
     while shards.join_next().await.is_some() {}
+}
+
+/// Every tally taken, by shard, each shard's with its frame (`None` for
+/// a shard with none).
+fn frames(experiments: &Experiments) -> Vec<(Vec<ExperimentEntry>, Option<Vec<u8>>)> {
+    let mut by_shard: Vec<Vec<ExperimentEntry>> = (0..SHARDS).map(|_| Vec::new()).collect();
+    for (tenant, merchant, day, counts) in experiments.tally.take() {
+        by_shard[shard_of(&tenant, &merchant).index()].push(ExperimentEntry {
+            tenant,
+            merchant,
+            day,
+            counts,
+        });
+    }
+    by_shard
+        .into_iter()
+        .map(|entries| {
+            let frame = experiment_frame(&entries);
+            (entries, frame)
+        })
+        .collect()
 }
 
 /// One step of `shard`'s compaction (`compact.rs` plans it): at most one

@@ -50,6 +50,8 @@ pub struct Experiments {
     compactions: compact::Compactions,
     /// One batch added up at a time, off the runtime's workers.
     batch_cpu: tokio::sync::Semaphore,
+    /// The tick's own CPU work, one at a time (`process::off_the_workers`).
+    tick_cpu: tokio::sync::Semaphore,
     /// Failed reads and writes: a line every 30 s at most.
     failure_log: LogThrottle,
 }
@@ -68,6 +70,7 @@ impl Experiments {
             tally: Tally::new(tally::MAX_MERCHANTS),
             compactions: compact::Compactions::new(batch_age),
             batch_cpu: tokio::sync::Semaphore::new(1),
+            tick_cpu: tokio::sync::Semaphore::new(1),
             failure_log: LogThrottle::new(cycle::LOG_FAILURES_EVERY),
         }
     }
@@ -126,7 +129,7 @@ impl Experiments {
     /// Writes every tally now (the cycle does it every tick).
     #[cfg(test)]
     async fn flush_now(self: &Arc<Self>) {
-        cycle::flush(self, false).await;
+        cycle::flush(self, false, Duration::ZERO).await;
     }
 }
 
