@@ -51,6 +51,11 @@ pub(super) async fn run(breakers: Arc<Breakers>, stop: CancellationToken) {
     let mut ticker = tokio::time::interval(TICK);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut seen = Seen::default();
+    // The first tick reads every shard at once: until a shard is read, its
+    // breakers (an override this instance sets included) are not acted on
+    // (`Snapshot::fresh`), so a starting instance should not wait for the
+    // spread.
+    let mut spread = Duration::ZERO;
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
@@ -61,7 +66,8 @@ pub(super) async fn run(breakers: Arc<Breakers>, stop: CancellationToken) {
                 return;
             }
         }
-        tick(&breakers, SPREAD).await;
+        tick(&breakers, spread).await;
+        spread = SPREAD;
         seen.observe(&breakers);
     }
 }

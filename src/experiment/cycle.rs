@@ -43,6 +43,9 @@ pub(super) const LOG_FAILURES_EVERY: Duration = Duration::from_secs(30);
 pub(super) async fn run(experiments: Arc<Experiments>, stop: CancellationToken) {
     let mut ticker = tokio::time::interval(TICK);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick (asking where each log stands) at once, as the
+    // breaker's: a starting instance learns the logs' state before calls.
+    let mut spread = Duration::ZERO;
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
@@ -52,7 +55,8 @@ pub(super) async fn run(experiments: Arc<Experiments>, stop: CancellationToken) 
                 return;
             }
         }
-        flush(&experiments, false, SPREAD).await;
+        flush(&experiments, false, spread).await;
+        spread = SPREAD;
     }
 }
 
