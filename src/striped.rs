@@ -37,14 +37,6 @@ impl<T> Striped<T> {
     pub fn each(&self) -> impl Iterator<Item = MutexGuard<'_, T>> {
         self.parts.iter().map(lock)
     }
-
-    pub fn len(&self) -> usize {
-        self.parts.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.parts.is_empty()
-    }
 }
 
 /// A lock a panic left poisoned still holds counts worth keeping.

@@ -9,13 +9,13 @@
 //! cost an eviction per call (bench/README.md, "Platform scale"); a busy
 //! pair costs one lookup per call and one allocation per tick.
 //!
-//! The bound (`MAX_TRACKED`) is on the pairs of one tick, all shards
+//! The bound (`MAX_TRACKED`) is on the pairs of one tick, all locks
 //! together: below it every call of a pair adds into one tally. Past it, a
 //! call of a pair not yet held is kept as a tally of its own, flushed with
 //! the rest: counts are never lost, only no longer added up until the next
 //! flush, so what past the bound costs is memory per call, at most a
-//! tick's calls. The map is sharded by the pair's hash so that calls on
-//! different pairs rarely wait for one lock.
+//! tick's calls. The map is split over locks by the pair's hash
+//! (`striped`) so that calls on different pairs rarely wait for one lock.
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -37,7 +37,7 @@ pub(super) type Taken = Vec<Vec<MerchantTallies>>;
 pub(super) struct Pending {
     parts: Striped<Part>,
     hasher: RandomState,
-    /// Pairs held in the tables, all shards together.
+    /// Pairs held in the tables, all parts together.
     tracked: AtomicUsize,
     max_tracked: usize,
 }
@@ -123,7 +123,7 @@ impl Tally {
 }
 
 impl Pending {
-    /// At most `max_tracked` pairs added up in a tick, all shards together.
+    /// At most `max_tracked` pairs added up in a tick, all locks together.
     pub fn new(max_tracked: usize) -> Self {
         Self {
             parts: Striped::new(PARTS),

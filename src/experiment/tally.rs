@@ -2,14 +2,15 @@
 //! last flush, per (tenant, merchant, UTC day, field), bounded. Two
 //! tenants' merchants of one id are two merchants, with two counts.
 //!
-//! The map is sharded by the (tenant, merchant)'s hash, so calls of
-//! different merchants rarely wait for one lock, and looked up by that
-//! one hash and the ids, borrowed, so a merchant already counted this tick
-//! costs no allocation, and a new one one (its merchant id). Each flush
-//! takes (drains) everything: what is kept between two ticks is only what was counted in one, and at
-//! most [`MAX_MERCHANTS`] (tenant, merchant)s; one beyond that within one
-//! tick is not counted, and said so (`dropped`), which only a flood of
-//! distinct ids can cause.
+//! The map is split over locks by the (tenant, merchant)'s hash
+//! (`striped`), so calls of different merchants rarely wait for one lock,
+//! and looked up by that one hash and the ids, borrowed: a merchant
+//! already counted this tick costs no allocation, a new one one (its
+//! merchant id). Each flush takes (drains) everything: what is kept
+//! between two ticks is only what was counted in one, and at most
+//! [`MAX_MERCHANTS`] (tenant, merchant)s; one beyond that within one tick
+//! is not counted, and said so (`dropped`), which only a flood of distinct
+//! ids can cause.
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,7 +25,7 @@ use crate::domain::tenant::Tenant;
 use crate::storage::ExperimentCounts;
 use crate::striped::{PARTS, Striped};
 
-/// The most (tenant, merchant)s waiting to be written at once, all shards
+/// The most (tenant, merchant)s waiting to be written at once, all parts
 /// together: a tick's, and those put back while Redis refuses the flush.
 /// An instance counts a merchant per call at most, so a tick reaches it
 /// only at over 500,000 calls a second; it is 2.6 times a platform's
@@ -76,7 +77,7 @@ impl Tally {
     }
 
     /// Adds counts: one call's, or a flush's that certainly wrote nothing
-    /// (put back for the next). A (tenant, merchant) new to a full shard is
+    /// (put back for the next). A (tenant, merchant) new to a full part is
     /// dropped, its counts counted as lost.
     pub fn put_back(
         &self,
