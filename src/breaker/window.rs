@@ -89,6 +89,12 @@ struct Inner {
     pruned: Option<i64>,
 }
 
+impl Merchant {
+    fn is(&self, tenant: &Tenant, merchant: &str) -> bool {
+        &*self.merchant == merchant && self.tenant == *tenant
+    }
+}
+
 impl Inner {
     fn hash(&self, tenant: &Tenant, merchant: &str) -> u64 {
         self.hasher.hash_one((tenant.id(), merchant))
@@ -98,19 +104,16 @@ impl Inner {
     fn merchant(&self, tenant: &Tenant, merchant: &str) -> Option<&[(String, Window)]> {
         let hash = self.hash(tenant, merchant);
         self.windows
-            .find(hash, |held| {
-                &*held.merchant == merchant && held.tenant == *tenant
-            })
+            .find(hash, |held| held.is(tenant, merchant))
             .map(|held| held.connectors.as_slice())
     }
 
     /// The merchant's windows, made (empty) if none is held.
     fn merchant_mut(&mut self, tenant: &Tenant, merchant: &str) -> &mut Vec<(String, Window)> {
         let hash = self.hash(tenant, merchant);
-        let same = |held: &Merchant| &*held.merchant == merchant && held.tenant == *tenant;
         &mut self
             .windows
-            .entry(hash, same, |held| held.hash)
+            .entry(hash, |held| held.is(tenant, merchant), |held| held.hash)
             .or_insert_with(|| Merchant {
                 hash,
                 tenant: tenant.clone(),
@@ -296,8 +299,10 @@ impl Windows {
     pub fn clear(&self, tenant: &Tenant, merchant: &str, connector: &str) {
         let mut inner = self.lock();
         let hash = inner.hash(tenant, merchant);
-        let same = |held: &Merchant| &*held.merchant == merchant && held.tenant == *tenant;
-        let Some(held) = inner.windows.find_mut(hash, same) else {
+        let Some(held) = inner
+            .windows
+            .find_mut(hash, |held| held.is(tenant, merchant))
+        else {
             return;
         };
         let before = held.connectors.len();

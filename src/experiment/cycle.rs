@@ -77,17 +77,12 @@ pub(super) async fn flush(experiments: &Arc<Experiments>, last: bool, spread: Du
     }
     let start = Instant::now();
     // The tick's CPU work (taking the tallies, encoding the frames) on the
-    // blocking pool, as the breaker's; the last one where it is, since the
-    // runtime may be stopping.
-    let framed = if last {
-        frames(experiments)
-    } else {
-        let held = experiments.clone();
-        let work = move || frames(&held);
-        match crate::process::off_the_workers(&experiments.tick_cpu, work).await {
-            Some(framed) => framed,
-            None => return, // nothing taken: the last push takes it
-        }
+    // blocking pool, as the breaker's. `None` (the runtime stopping): the
+    // work never ran, so nothing was taken.
+    let held = experiments.clone();
+    let work = move || frames(&held);
+    let Some(framed) = crate::process::off_the_workers(&experiments.tick_cpu, work).await else {
+        return;
     };
     let mut shards = JoinSet::new();
     for (shard, (entries, frame)) in Shard::all().zip(framed) {
